@@ -1,0 +1,43 @@
+# Keel's build. `make test` is what CI runs (.ci/run).
+GO        ?= go
+BIN       := bin/keel
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/keel-dev/keel/cli.Version=$(VERSION)
+FUZZTIME  ?= 10s
+
+# Tests never depend on the developer's git configuration.
+export GIT_CONFIG_GLOBAL := /dev/null
+export GIT_CONFIG_NOSYSTEM := 1
+
+.PHONY: all build test fuzz lint bench demo clean
+
+all: lint build test
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
+
+## test: the unit, golden and end-to-end tests under the race detector, then
+## a short run of each fuzz target.
+test:
+	$(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory fuzz
+
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzRender$$' -fuzztime=$(FUZZTIME) ./render
+
+lint:
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+## bench: every benchmark, printed as a table (figures go to docs/benchmarks.md).
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem ./... | tee bench.out | grep -E '^(Benchmark|ok|PASS|goos|goarch|cpu|pkg)'
+
+## demo: until the agent lands, check and render the example cluster.
+demo: build
+	./$(BIN) validate --repo repo-example
+	./$(BIN) lock --check --repo repo-example
+	./$(BIN) render --repo repo-example
+
+clean:
+	rm -rf bin bench.out

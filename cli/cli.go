@@ -1,0 +1,139 @@
+// Package cli implements the keel command line: flag parsing, reading the
+// repository from disk, and printing results. The work itself lives in the
+// render, planner, sync and nodeexec packages; nothing here is imported by
+// them.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes shared by every command.
+const (
+	ExitOK      = 0 // success
+	ExitInvalid = 1 // the input (specs, lock) is invalid or stale
+	ExitUsage   = 2 // bad usage, or an I/O error
+)
+
+// Version is the agent version, set at build time with
+// -ldflags "-X github.com/keel-dev/keel/cli.Version=...".
+var Version = "0.1.0-dev"
+
+// exitError carries an exit code; its message (if any) is printed on stderr.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return ""
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// invalid marks an error as bad input (exit 1); silent when err is nil,
+// because the command already printed the details.
+func invalid(err error) error { return &exitError{code: ExitInvalid, err: err} }
+
+// env is what a command may touch: its streams and the context.
+type env struct {
+	ctx    context.Context
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// Run runs keel with args (without the program name) and returns the exit
+// code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
+	root := e.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "keel:", ee.err)
+		}
+		return ee.code
+	}
+	// Anything else is a usage error from cobra or an I/O failure.
+	fmt.Fprintln(stderr, "keel:", err)
+	if cmd, _, findErr := root.Find(args); findErr == nil && isUsageError(err) {
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return ExitUsage
+}
+
+func (e *env) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "keel",
+		Short: "Keel runs FreeBSD jails on a fleet of nodes from a git repository",
+		Long: `Keel is a GitOps pull agent for FreeBSD servers. Every node clones one
+cluster git repository, works out which workloads are its own, and reconciles
+them as jails with ZFS volumes, routes, service proxies and HTTPS ingress.
+git push is the deploy command; keel plan shows what a change will do.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.AddCommand(
+		e.validateCommand(),
+		e.renderCommand(),
+		e.lockCommand(),
+		e.versionCommand(),
+	)
+	return root
+}
+
+func (e *env) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print keel's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(e.stdout, Version)
+			return nil
+		},
+	}
+}
+
+// repoFS opens the cluster repository directory.
+func repoFS(dir string) (fsys fsWithDir, err error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fsWithDir{}, fmt.Errorf("repository: %w", err)
+	}
+	if !st.IsDir() {
+		return fsWithDir{}, fmt.Errorf("repository %s is not a directory", dir)
+	}
+	return fsWithDir{FS: os.DirFS(dir), dir: dir}, nil
+}
+
+// isUsageError tells cobra's complaints about the command line apart from
+// I/O failures, which need no pointer to --help.
+func isUsageError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown flag", "unknown shorthand flag", "unknown command", "flag needs an argument", "invalid argument", "accepts ", "--format", "required flag"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}

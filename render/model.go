@@ -1,0 +1,197 @@
+package render
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Defaults of the Cluster document, as documented in docs/spec.md.
+var (
+	DefaultPodCIDR     = netip.MustParsePrefix("10.200.0.0/16")
+	DefaultServiceCIDR = netip.MustParsePrefix("10.201.0.0/16")
+)
+
+const (
+	DefaultBridge          = "keel0"
+	DefaultPool            = "zroot"
+	DefaultLivenessTTL     = Duration(30e9)
+	DefaultReportInterval  = Duration(10e9)
+	DefaultReportRefPrefix = "refs/keel/reports/"
+	DefaultRestartPolicy   = "Always"
+	DefaultCPU             = CPU(1000)
+	DefaultMemory          = Bytes(512 << 20)
+	DefaultPath            = "/"
+)
+
+// DefaultCommand is what a jail runs when its spec names no command: the
+// image's own init, as a FreeBSD jail started with exec.start does.
+var DefaultCommand = []string{"/bin/sh", "/etc/rc"}
+
+// Model is a rendered cluster repository: every default applied, every
+// Service expanded into its replicas, every subnet and VIP allocated. Slices
+// are sorted by name.
+type Model struct {
+	Cluster   Cluster    `json:"cluster" yaml:"cluster"`
+	Nodes     []Node     `json:"nodes" yaml:"nodes"`
+	Services  []Service  `json:"services" yaml:"services"`
+	Instances []Instance `json:"instances" yaml:"instances"`
+	Ingresses []Ingress  `json:"ingresses" yaml:"ingresses"`
+	// Lock is keel.lock as read (empty when the repository has none).
+	Lock Lock `json:"-" yaml:"-"`
+	// Diagnostics holds the warnings (and, when rendering failed, the
+	// errors) found while reading.
+	Diagnostics Diagnostics `json:"-" yaml:"-"`
+}
+
+// Cluster holds the cluster-wide settings with their defaults applied.
+type Cluster struct {
+	Name            string   `json:"name" yaml:"name"`
+	PodCIDR         Prefix   `json:"podCIDR" yaml:"podCIDR"`
+	ServiceCIDR     Prefix   `json:"serviceCIDR" yaml:"serviceCIDR"`
+	Bridge          string   `json:"bridge" yaml:"bridge"`
+	Pool            string   `json:"pool" yaml:"pool"`
+	LivenessTTL     Duration `json:"livenessTTL" yaml:"livenessTTL"`
+	ReportInterval  Duration `json:"reportInterval" yaml:"reportInterval"`
+	ReportRefPrefix string   `json:"reportRefPrefix" yaml:"reportRefPrefix"`
+	ReportRepo      string   `json:"reportRepo" yaml:"reportRepo"`
+	Suspend         bool     `json:"suspend" yaml:"suspend"`
+	AllowEmpty      bool     `json:"allowEmpty" yaml:"allowEmpty"`
+	MinAgentVersion string   `json:"minAgentVersion" yaml:"minAgentVersion"`
+}
+
+// AllocationSource says where a node subnet or a VIP came from.
+type AllocationSource string
+
+const (
+	SourceExplicit AllocationSource = "explicit" // written in the spec
+	SourceLocked   AllocationSource = "locked"   // read from keel.lock
+	SourceDerived  AllocationSource = "derived"  // computed; run keel lock to pin it
+)
+
+// Node is one member of the inventory.
+type Node struct {
+	Name          string            `json:"name" yaml:"name"`
+	Labels        map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
+	Address       Addr              `json:"address" yaml:"address"`
+	PodCIDR       Prefix            `json:"podCIDR" yaml:"podCIDR"`
+	PodCIDRSource AllocationSource  `json:"podCIDRSource" yaml:"podCIDRSource"`
+	// Capacity overrides what the node's agent detects; nil when not set.
+	Capacity    *Resources `json:"capacity,omitempty" yaml:"capacity,omitempty"`
+	Schedulable bool       `json:"schedulable" yaml:"schedulable"`
+	ReportKey   string     `json:"reportKey,omitempty" yaml:"reportKey,omitempty"`
+	Source      Position   `json:"source" yaml:"source"`
+}
+
+// Service is a replicated workload behind a virtual IP.
+type Service struct {
+	Name      string           `json:"name" yaml:"name"`
+	Port      int              `json:"port" yaml:"port"`
+	Replicas  int              `json:"replicas" yaml:"replicas"`
+	VIP       Addr             `json:"vip" yaml:"vip"`
+	VIPSource AllocationSource `json:"vipSource" yaml:"vipSource"`
+	// Instances are the replicas' names, in index order.
+	Instances []string `json:"instances" yaml:"instances"`
+	Stateful  bool     `json:"stateful" yaml:"stateful"`
+	Source    Position `json:"source" yaml:"source"`
+}
+
+// Instance is one jail to run: a Jail document, or one replica of a Service.
+type Instance struct {
+	Name string `json:"name" yaml:"name"`
+	// Service is the Service this instance is a replica of, empty for a Jail.
+	Service string `json:"service,omitempty" yaml:"service,omitempty"`
+	// Index is the replica's index within its Service (0 for a Jail).
+	Index int `json:"index" yaml:"index"`
+	// Node is the node the instance must run on, from spec.node or from the
+	// subnet holding its explicit address; empty when the planner chooses.
+	Node         string            `json:"node,omitempty" yaml:"node,omitempty"`
+	NodeSelector map[string]string `json:"nodeSelector,omitempty" yaml:"nodeSelector,omitempty"`
+	Spec         JailSpec          `json:"spec" yaml:"spec"`
+	// Stateful is true when the instance has volumes.
+	Stateful bool `json:"stateful" yaml:"stateful"`
+	// SpecHash identifies the rendered spec; see SpecHash.
+	SpecHash string   `json:"specHash" yaml:"specHash"`
+	Source   Position `json:"source" yaml:"source"`
+}
+
+// JailSpec is an instance's resolved spec.
+type JailSpec struct {
+	Image         string            `json:"image" yaml:"image"`
+	Command       []string          `json:"command" yaml:"command"`
+	Env           map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
+	Network       Network           `json:"network" yaml:"network"`
+	Resources     Resources         `json:"resources" yaml:"resources"`
+	RestartPolicy string            `json:"restartPolicy" yaml:"restartPolicy"`
+	Volumes       []Volume          `json:"volumes,omitempty" yaml:"volumes,omitempty"`
+}
+
+// Network is how the jail is attached. Address is set only when the spec
+// gives one; otherwise the planner assigns it.
+type Network struct {
+	VNet    bool   `json:"vnet" yaml:"vnet"`
+	Bridge  string `json:"bridge" yaml:"bridge"`
+	Address Addr   `json:"address,omitempty" yaml:"address,omitempty"`
+}
+
+// Resources are both what placement reserves on a node and the limits
+// applied to the running jail.
+type Resources struct {
+	CPU    CPU   `json:"cpu" yaml:"cpu"`
+	Memory Bytes `json:"memory" yaml:"memory"`
+}
+
+// Volume is a persistent dataset mounted into the jail. Name is the
+// expanded, cluster-unique name (a replica's volumes are <replica>-<volume>).
+type Volume struct {
+	Name      string `json:"name" yaml:"name"`
+	MountPath string `json:"mountPath" yaml:"mountPath"`
+	// Size is the dataset quota; 0 means no quota.
+	Size Bytes `json:"size,omitempty" yaml:"size,omitempty"`
+}
+
+// Ingress routes HTTPS for a host (and path prefix) to a Service.
+type Ingress struct {
+	Name    string   `json:"name" yaml:"name"`
+	Host    string   `json:"host" yaml:"host"`
+	Path    string   `json:"path" yaml:"path"`
+	Backend Backend  `json:"backend" yaml:"backend"`
+	TLS     *TLS     `json:"tls,omitempty" yaml:"tls,omitempty"`
+	Source  Position `json:"source" yaml:"source"`
+}
+
+// Backend is the Service an Ingress sends requests to, and the port its
+// endpoints listen on.
+type Backend struct {
+	Service string `json:"service" yaml:"service"`
+	Port    int    `json:"port" yaml:"port"`
+}
+
+// TLS asks for an ACME certificate for the Ingress's host.
+type TLS struct {
+	Email string `json:"email" yaml:"email"`
+}
+
+// Node returns the node named name, or nil.
+func (m *Model) Node(name string) *Node {
+	return find(m.Nodes, name, func(n *Node) string { return n.Name })
+}
+
+// Service returns the Service named name, or nil.
+func (m *Model) Service(name string) *Service {
+	return find(m.Services, name, func(s *Service) string { return s.Name })
+}
+
+// Instance returns the instance named name, or nil.
+func (m *Model) Instance(name string) *Instance {
+	return find(m.Instances, name, func(i *Instance) string { return i.Name })
+}
+
+// find looks name up in s, which is sorted by name.
+func find[T any](s []T, name string, key func(*T) string) *T {
+	i, ok := slices.BinarySearchFunc(s, name, func(e T, n string) int { return strings.Compare(key(&e), n) })
+	if !ok {
+		return nil
+	}
+	return &s[i]
+}

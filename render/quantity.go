@@ -1,0 +1,204 @@
+package render
+
+import (
+	"fmt"
+	"math/big"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CPU is an amount of processor time in thousandths of a core. It is written
+// as cores ("2", "0.5", 1.5) or millicores ("500m"); the smallest amount is
+// 10m (1 % of a core, the granularity of rctl's pcpu) and the largest 1024.
+type CPU int64
+
+const (
+	minCPU CPU = 10
+	maxCPU CPU = 1024 * 1000
+)
+
+func (c *CPU) parseScalar(text string) error {
+	bad := fmt.Errorf("%q is not a CPU amount (want cores such as 2 or 0.5, or millicores such as 500m)", text)
+	s := strings.TrimSpace(text)
+	var r *big.Rat
+	if m, ok := strings.CutSuffix(s, "m"); ok {
+		n, err := strconv.ParseInt(m, 10, 64)
+		if err != nil || n < 0 {
+			return bad
+		}
+		r = new(big.Rat).SetInt64(n)
+	} else {
+		v, ok := new(big.Rat).SetString(s)
+		if !ok || strings.ContainsAny(s, "/eE") {
+			return bad
+		}
+		r = v.Mul(v, big.NewRat(1000, 1))
+	}
+	if !r.IsInt() {
+		return fmt.Errorf("%q is finer than a millicore", text)
+	}
+	if r.Sign() <= 0 || r.Cmp(big.NewRat(int64(minCPU), 1)) < 0 {
+		return fmt.Errorf("%q is less than the smallest CPU amount, 10m (1%% of a core)", text)
+	}
+	if r.Cmp(big.NewRat(int64(maxCPU), 1)) > 0 {
+		return fmt.Errorf("%q is more than 1024 cores", text)
+	}
+	*c = CPU(r.Num().Int64())
+	return nil
+}
+
+// String writes whole cores as a plain number and anything else in
+// millicores, e.g. "2" or "1500m".
+func (c CPU) String() string {
+	if c%1000 == 0 {
+		return strconv.FormatInt(int64(c/1000), 10)
+	}
+	return strconv.FormatInt(int64(c), 10) + "m"
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (c CPU) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (c *CPU) UnmarshalText(b []byte) error { return c.parseScalar(string(b)) }
+
+// Bytes is a size in bytes, written as a whole number with an optional binary
+// suffix: K, M, G or T (powers of 1024; "Mi"-style suffixes are accepted too).
+type Bytes int64
+
+var byteUnits = []struct {
+	suffix string
+	shift  uint
+}{{"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}}
+
+func (b *Bytes) parseScalar(text string) error {
+	bad := fmt.Errorf("%q is not a size (want e.g. 512M, 2G)", text)
+	s := strings.ToUpper(strings.TrimSpace(text))
+	s = strings.TrimSuffix(s, "B")
+	s = strings.TrimSuffix(s, "I")
+	shift := uint(0)
+	for _, u := range byteUnits {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, shift = n, u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || s == "" || s[0] == '+' {
+		return bad
+	}
+	if n == 0 {
+		return fmt.Errorf("%q: a size must be more than zero", text)
+	}
+	if n > (1<<62)>>shift {
+		return fmt.Errorf("%q is too large", text)
+	}
+	*b = Bytes(n << shift)
+	return nil
+}
+
+// String writes the size with the largest suffix that divides it exactly.
+func (b Bytes) String() string {
+	for _, u := range byteUnits {
+		if b != 0 && b%(1<<u.shift) == 0 {
+			return strconv.FormatInt(int64(b>>u.shift), 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (b Bytes) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (b *Bytes) UnmarshalText(t []byte) error { return b.parseScalar(string(t)) }
+
+// Duration is a positive time.Duration written in Go's syntax ("30s", "1m30s").
+type Duration time.Duration
+
+func (d *Duration) parseScalar(text string) error {
+	v, err := time.ParseDuration(strings.TrimSpace(text))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (want e.g. 30s, 1m)", text)
+	}
+	if v <= 0 {
+		return fmt.Errorf("%q: a duration must be more than zero", text)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// String writes the duration the way time.Duration does.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(t []byte) error { return d.parseScalar(string(t)) }
+
+// Addr is an IPv4 address written bare ("10.200.11.5").
+type Addr struct{ netip.Addr }
+
+func (a *Addr) parseScalar(text string) error {
+	s := strings.TrimSpace(text)
+	if strings.Contains(s, "/") {
+		return fmt.Errorf("%q: want a bare address such as 10.200.11.5, without a prefix length", text)
+	}
+	v, err := netip.ParseAddr(s)
+	if err != nil {
+		return fmt.Errorf("%q is not an IP address", text)
+	}
+	if !v.Is4() {
+		return fmt.Errorf("%q: only IPv4 addresses are supported", text)
+	}
+	a.Addr = v
+	return nil
+}
+
+// Prefix is an IPv4 network in CIDR notation ("10.200.0.0/16"), with no host
+// bits set.
+type Prefix struct{ netip.Prefix }
+
+func (p *Prefix) parseScalar(text string) error {
+	v, err := netip.ParsePrefix(strings.TrimSpace(text))
+	if err != nil {
+		return fmt.Errorf("%q is not a CIDR (want e.g. 10.200.0.0/16)", text)
+	}
+	if !v.Addr().Is4() {
+		return fmt.Errorf("%q: only IPv4 networks are supported", text)
+	}
+	if v.Masked() != v {
+		return fmt.Errorf("%q has host bits set (did you mean %s?)", text, v.Masked())
+	}
+	p.Prefix = v
+	return nil
+}
+
+// MarshalText writes the zero Prefix as an empty string.
+func (p Prefix) MarshalText() ([]byte, error) {
+	if !p.IsValid() {
+		return []byte{}, nil
+	}
+	return p.Prefix.MarshalText()
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (p *Prefix) UnmarshalText(t []byte) error {
+	if len(t) == 0 {
+		*p = Prefix{}
+		return nil
+	}
+	return p.parseScalar(string(t))
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (a *Addr) UnmarshalText(t []byte) error {
+	if len(t) == 0 {
+		*a = Addr{}
+		return nil
+	}
+	return a.parseScalar(string(t))
+}

@@ -1,0 +1,318 @@
+package render
+
+import (
+	"cmp"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net/url"
+	"path"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// Render reads the cluster repository in fsys and returns its model. When
+// the repository has errors, the error is an *InvalidError listing all of
+// them, and the partial model is still returned so that callers can show
+// the warnings too. Any other error is an I/O failure.
+func Render(fsys fs.FS) (*Model, error) {
+	files, err := SpecFiles(fsys)
+	if err != nil {
+		return nil, err
+	}
+	r := &renderer{fsys: fsys}
+	for _, f := range files {
+		data, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", f, err)
+		}
+		for _, d := range splitDocuments(f, data, &r.diag) {
+			r.add(d)
+		}
+	}
+	lockData, err := fs.ReadFile(fsys, LockFile)
+	switch {
+	case err == nil:
+		r.lock, r.lockDec = parseLock(lockData, &r.diag)
+		r.hasLock = true
+	case !isNotExist(err):
+		return nil, fmt.Errorf("read %s: %w", LockFile, err)
+	}
+	m := r.build()
+	m.Diagnostics = r.diag.diags.Sort()
+	if errs := m.Diagnostics.Errors(); len(errs) > 0 {
+		return m, &InvalidError{Diagnostics: errs}
+	}
+	return m, nil
+}
+
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+
+// doc is a decoded document with the positions of its fields.
+type doc[T any] struct {
+	v   T
+	dec *decoder
+}
+
+func (d doc[T]) at(field string) Position { return d.dec.at(field) }
+
+// written reports whether the document gave field a value.
+func (d doc[T]) written(field string) bool {
+	_, ok := d.dec.pos[field]
+	return ok
+}
+
+type renderer struct {
+	fsys     fs.FS
+	diag     diagnoser
+	clusters []doc[clusterDoc]
+	nodes    []doc[nodeDoc]
+	jails    []doc[jailDoc]
+	services []doc[serviceDoc]
+	ingress  []doc[ingressDoc]
+	lock     Lock
+	lockDec  *decoder
+	hasLock  bool
+}
+
+func decodeDoc[T any](r *renderer, d rawDoc) doc[T] {
+	dec := &decoder{file: d.file, diag: &r.diag, pos: map[string]Position{}}
+	var v T
+	dec.decode(d.node, reflect.ValueOf(&v).Elem(), "")
+	return doc[T]{v: v, dec: dec}
+}
+
+func (r *renderer) add(d rawDoc) {
+	switch d.kind {
+	case KindCluster:
+		r.clusters = append(r.clusters, decodeDoc[clusterDoc](r, d))
+	case KindNode:
+		r.nodes = append(r.nodes, decodeDoc[nodeDoc](r, d))
+	case KindJail:
+		r.jails = append(r.jails, decodeDoc[jailDoc](r, d))
+	case KindService:
+		r.services = append(r.services, decodeDoc[serviceDoc](r, d))
+	case KindIngress:
+		r.ingress = append(r.ingress, decodeDoc[ingressDoc](r, d))
+	}
+}
+
+func (r *renderer) build() *Model {
+	m := &Model{Lock: r.lock}
+	r.buildCluster(m)
+	r.buildNodes(m)
+	r.allocateSubnets(m)
+	r.buildInstances(m)
+	r.allocateVIPs(m)
+	r.buildIngresses(m)
+	r.checkLock(m)
+	return m
+}
+
+func (r *renderer) checkMetadata(md Metadata, at func(string) Position) {
+	if msg := checkName(md.Name); msg != "" {
+		r.diag.errorf(at("metadata.name"), "metadata.name", "%s", msg)
+	}
+	r.checkLabels(md.Labels, "metadata.labels", at)
+}
+
+func (r *renderer) checkLabels(labels map[string]string, field string, at func(string) Position) {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		f := field + "." + k
+		if msg := checkLabelKey(k); msg != "" {
+			r.diag.errorf(at(f+"#key"), f, "%s", msg)
+		}
+		if msg := checkLabelValue(labels[k]); msg != "" {
+			r.diag.errorf(at(f), f, "%s", msg)
+		}
+	}
+}
+
+func (r *renderer) buildCluster(m *Model) {
+	c := Cluster{
+		PodCIDR:         Prefix{DefaultPodCIDR},
+		ServiceCIDR:     Prefix{DefaultServiceCIDR},
+		Bridge:          DefaultBridge,
+		Pool:            DefaultPool,
+		LivenessTTL:     DefaultLivenessTTL,
+		ReportInterval:  DefaultReportInterval,
+		ReportRefPrefix: DefaultReportRefPrefix,
+	}
+	if len(r.clusters) == 0 {
+		r.diag.errorf(Position{File: ClusterFile}, "", "missing: a cluster repository has one Cluster document in %s at its root (is --repo the right directory?)", ClusterFile)
+		m.Cluster = c
+		return
+	}
+	for _, extra := range r.clusters[1:] {
+		r.diag.errorf(extra.at(""), "kind", "a second Cluster document (the first is at %s); a repository has exactly one", r.clusters[0].at(""))
+	}
+	d := r.clusters[0]
+	if d.dec.file != ClusterFile && d.dec.file != "cluster.yml" {
+		r.diag.errorf(d.at("kind"), "kind", "the Cluster document belongs in %s at the repository root", ClusterFile)
+	}
+	r.checkMetadata(d.v.Metadata, d.at)
+	s := d.v.Spec
+	c.Name = d.v.Metadata.Name
+	if s.PodCIDR.IsValid() {
+		c.PodCIDR = s.PodCIDR
+	}
+	if s.ServiceCIDR.IsValid() {
+		c.ServiceCIDR = s.ServiceCIDR
+	}
+	c.Bridge = cmp.Or(s.Bridge, c.Bridge)
+	c.Pool = cmp.Or(s.Pool, c.Pool)
+	c.LivenessTTL = cmp.Or(s.LivenessTTL, c.LivenessTTL)
+	c.ReportInterval = cmp.Or(s.ReportInterval, c.ReportInterval)
+	c.ReportRefPrefix = cmp.Or(s.ReportRefPrefix, c.ReportRefPrefix)
+	c.ReportRepo = s.ReportRepo
+	c.Suspend = s.Suspend
+	c.AllowEmpty = s.AllowEmpty
+	c.MinAgentVersion = s.MinAgentVersion
+	m.Cluster = c
+
+	if c.PodCIDR.Bits() > 24 {
+		r.diag.errorf(d.at("spec.podCIDR"), "spec.podCIDR", "%s is too small: each node gets a /24 of it, so it must be a /24 or larger", c.PodCIDR)
+	}
+	if c.ServiceCIDR.Bits() > 30 {
+		r.diag.errorf(d.at("spec.serviceCIDR"), "spec.serviceCIDR", "%s is too small for service VIPs (want a /30 or larger)", c.ServiceCIDR)
+	}
+	if c.PodCIDR.Overlaps(c.ServiceCIDR.Prefix) {
+		r.diag.errorf(d.at("spec.serviceCIDR"), "spec.serviceCIDR", "%s overlaps podCIDR %s", c.ServiceCIDR, c.PodCIDR)
+	}
+	if !bridgeName.MatchString(c.Bridge) {
+		r.diag.errorf(d.at("spec.bridge"), "spec.bridge", "%q is not a Keel bridge name (want keel<N>, e.g. keel0)", c.Bridge)
+	}
+	if !poolName.MatchString(c.Pool) || len(c.Pool) > 200 {
+		r.diag.errorf(d.at("spec.pool"), "spec.pool", "%q is not a ZFS pool name", c.Pool)
+	}
+	if c.ReportInterval*3 > c.LivenessTTL {
+		r.diag.errorf(d.at("spec.reportInterval"), "spec.reportInterval", "%s is more than a third of livenessTTL %s: a node would look dead between two reports", c.ReportInterval, c.LivenessTTL)
+	}
+	if msg := checkRefPrefix(c.ReportRefPrefix); msg != "" {
+		r.diag.errorf(d.at("spec.reportRefPrefix"), "spec.reportRefPrefix", "%s", msg)
+	}
+	if c.ReportRepo != "" {
+		if u, err := url.Parse(c.ReportRepo); err == nil && u.User != nil && u.Scheme != "ssh" {
+			r.diag.errorf(d.at("spec.reportRepo"), "spec.reportRepo", "must not carry credentials: agents read them from files given on their command line")
+		} else if strings.ContainsAny(c.ReportRepo, " \t\n") {
+			r.diag.errorf(d.at("spec.reportRepo"), "spec.reportRepo", "%q is not a repository URL", c.ReportRepo)
+		}
+	}
+	if c.MinAgentVersion != "" && !semver.MatchString(c.MinAgentVersion) {
+		r.diag.errorf(d.at("spec.minAgentVersion"), "spec.minAgentVersion", "%q is not a version (want e.g. 0.3.0)", c.MinAgentVersion)
+	}
+}
+
+// checkRefPrefix validates where reports live: outside refs/heads/ and
+// refs/tags/ so that no forge treats a report push as a branch or a release.
+func checkRefPrefix(p string) string {
+	switch {
+	case !strings.HasPrefix(p, "refs/") || !strings.HasSuffix(p, "/"):
+		return fmt.Sprintf("%q must start with refs/ and end with /", p)
+	case strings.HasPrefix(p, "refs/heads/") || strings.HasPrefix(p, "refs/tags/"):
+		return fmt.Sprintf("%q would make reports branches or tags; use a namespace such as refs/keel/reports/", p)
+	case strings.Contains(p, "..") || strings.Contains(p, "//") || strings.ContainsAny(p, " ~^:?*[\\\t\n") || strings.Contains(p, "@{"):
+		return fmt.Sprintf("%q is not a valid git ref prefix", p)
+	}
+	return ""
+}
+
+func (r *renderer) buildNodes(m *Model) {
+	seen := map[string]Position{}
+	addrs := map[Addr]string{}
+	for _, d := range r.nodes {
+		r.checkMetadata(d.v.Metadata, d.at)
+		name := d.v.Metadata.Name
+		file := d.dec.file
+		if dir, base := path.Split(file); dir != NodesDir+"/" || strings.TrimSuffix(base, path.Ext(base)) != name {
+			r.diag.errorf(d.at("metadata.name"), "metadata.name", "node %q belongs in %s/%s.yaml (one file per node, named after it)", name, NodesDir, name)
+		}
+		if first, dup := seen[name]; dup && name != "" {
+			r.diag.errorf(d.at("metadata.name"), "metadata.name", "duplicate node %q (also at %s)", name, first)
+			continue
+		}
+		seen[name] = d.at("metadata.name")
+		s := d.v.Spec
+		n := Node{
+			Name:        name,
+			Labels:      d.v.Metadata.Labels,
+			Address:     s.Address,
+			PodCIDR:     s.PodCIDR,
+			Schedulable: s.Schedulable == nil || *s.Schedulable,
+			ReportKey:   s.ReportKey,
+			Source:      d.at(""),
+		}
+		if s.PodCIDR.IsValid() {
+			n.PodCIDRSource = SourceExplicit
+		}
+		switch {
+		case !s.Address.IsValid():
+			if !d.written("spec.address") {
+				r.diag.errorf(d.at("spec"), "spec.address", "required: the address other nodes route this node's subnet to")
+			}
+		case m.Cluster.PodCIDR.Contains(s.Address.Addr) || m.Cluster.ServiceCIDR.Contains(s.Address.Addr):
+			r.diag.errorf(d.at("spec.address"), "spec.address", "%s is inside the cluster's podCIDR or serviceCIDR; a node's address is its own host address", s.Address)
+		default:
+			if other, dup := addrs[s.Address]; dup {
+				r.diag.errorf(d.at("spec.address"), "spec.address", "%s is also the address of node %s", s.Address, other)
+			}
+			addrs[s.Address] = name
+		}
+		if s.PodCIDR.IsValid() {
+			switch {
+			case s.PodCIDR.Bits() != 24:
+				r.diag.errorf(d.at("spec.podCIDR"), "spec.podCIDR", "%s: a node's subnet is a /24", s.PodCIDR)
+			case !m.Cluster.PodCIDR.Contains(s.PodCIDR.Addr()) || m.Cluster.PodCIDR.Bits() > 24:
+				r.diag.errorf(d.at("spec.podCIDR"), "spec.podCIDR", "%s is outside the cluster's podCIDR %s", s.PodCIDR, m.Cluster.PodCIDR)
+			}
+		}
+		if s.Capacity != nil {
+			n.Capacity = &Resources{CPU: s.Capacity.CPU, Memory: s.Capacity.Memory}
+		}
+		if s.ReportKey != "" {
+			if msg := checkSSHPublicKey(s.ReportKey); msg != "" {
+				r.diag.errorf(d.at("spec.reportKey"), "spec.reportKey", "%s", msg)
+			}
+		}
+		m.Nodes = append(m.Nodes, n)
+	}
+	slices.SortFunc(m.Nodes, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	for i := range m.Nodes {
+		for j := i + 1; j < len(m.Nodes); j++ {
+			a, b := m.Nodes[i], m.Nodes[j]
+			if a.PodCIDRSource == SourceExplicit && b.PodCIDRSource == SourceExplicit && a.PodCIDR.Overlaps(b.PodCIDR.Prefix) {
+				r.diag.errorf(b.Source, "spec.podCIDR", "%s overlaps node %s's podCIDR %s", b.PodCIDR, a.Name, a.PodCIDR)
+			}
+		}
+	}
+	if len(r.nodes) == 0 {
+		r.diag.warnf(Position{File: NodesDir}, "", "the inventory is empty: add nodes/<name>.yaml for each node")
+	}
+}
+
+// sshKeyTypes are the public key algorithms a reportKey may use.
+var sshKeyTypes = []string{"ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa", "sk-ssh-ed25519@openssh.com"}
+
+// checkSSHPublicKey checks the shape of an authorized_keys-style public key:
+// "<type> <base64 blob> [comment]", the blob naming the same type. The key
+// itself is parsed by the code that verifies signatures.
+func checkSSHPublicKey(k string) string {
+	fields := strings.Fields(k)
+	bad := "not an SSH public key (want the line of a .pub file, e.g. ssh-ed25519 AAAA... node@host)"
+	if len(fields) < 2 || !slices.Contains(sshKeyTypes, fields[0]) {
+		return bad
+	}
+	blob, err := base64.StdEncoding.DecodeString(fields[1])
+	if err != nil || len(blob) < 4 {
+		return bad
+	}
+	n := binary.BigEndian.Uint32(blob)
+	if uint64(n) > uint64(len(blob)-4) || string(blob[4:4+n]) != fields[0] {
+		return bad
+	}
+	return ""
+}
