@@ -55,7 +55,7 @@ func (d *decoder) at(path string) Position {
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
-	d.diag.errorf(d.position(n), path, format, args...)
+	d.diag.decodeErrorf(d.position(n), path, format, args...)
 }
 
 func join(path, key string) string {
@@ -208,7 +208,11 @@ func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
 		elem := reflect.New(v.Type().Elem()).Elem()
 		p := join(path, k.Value)
 		d.pos[p+"#key"] = d.position(k)
+		before := len(d.diag.diags)
 		d.decode(values[i], elem, p)
+		if len(d.diag.diags) > before {
+			continue // reported; an entry with a broken value is left out
+		}
 		m.SetMapIndex(reflect.ValueOf(k.Value).Convert(v.Type().Key()), elem)
 	}
 	v.Set(m)

@@ -113,10 +113,34 @@ func (e *InvalidError) Error() string {
 // diagnoser collects diagnostics while a repository is read.
 type diagnoser struct {
 	diags Diagnostics
+	// undecoded holds the fields whose value could not be decoded. Later
+	// checks see only the zero value there, and an error about it ("0 is
+	// not a TCP port" for port: "8080") would blame the user for something
+	// they did not write, so errors at the same field and position are
+	// dropped.
+	undecoded map[fieldAt]bool
+}
+
+type fieldAt struct {
+	pos   Position
+	field string
 }
 
 func (c *diagnoser) errorf(pos Position, field, format string, args ...any) {
+	if c.undecoded[fieldAt{pos, field}] {
+		return
+	}
 	c.diags = append(c.diags, Diagnostic{Severity: SeverityError, Pos: pos, Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// decodeErrorf reports a value that could not be decoded, and silences the
+// errors that checks of its zero value would add later.
+func (c *diagnoser) decodeErrorf(pos Position, field, format string, args ...any) {
+	c.errorf(pos, field, format, args...)
+	if c.undecoded == nil {
+		c.undecoded = map[fieldAt]bool{}
+	}
+	c.undecoded[fieldAt{pos, field}] = true
 }
 
 func (c *diagnoser) warnf(pos Position, field, format string, args ...any) {

@@ -45,22 +45,25 @@ func parseLock(data []byte, diag *diagnoser) (Lock, *decoder) {
 	if d.APIVersion != APIVersion || d.Kind != "Lock" {
 		diag.errorf(dec.at("kind"), "kind", "keel.lock must start with apiVersion: %s and kind: Lock", APIVersion)
 	}
-	for _, name := range sortedKeys(d.Subnets) {
-		if msg := checkName(name); msg != "" {
-			diag.errorf(dec.at("subnets."+name+"#key"), "subnets."+name, "%s", msg)
-		}
-	}
-	for _, name := range sortedKeys(d.VIPs) {
-		if msg := checkName(name); msg != "" {
-			diag.errorf(dec.at("vips."+name+"#key"), "vips."+name, "%s", msg)
-		}
-	}
-	for _, name := range sortedKeys(d.Pins) {
-		if msg := checkName(name); msg != "" {
-			diag.errorf(dec.at("pins."+name+"#key"), "pins."+name, "%s", msg)
-		}
-	}
+	checkEntries(dec, "subnets", d.Subnets, func(p Prefix) bool { return p.IsValid() })
+	checkEntries(dec, "vips", d.VIPs, func(a Addr) bool { return a.IsValid() })
+	checkEntries(dec, "pins", d.Pins, func(n string) bool { return checkName(n) == "" })
 	return Lock{Subnets: d.Subnets, VIPs: d.VIPs, Pins: d.Pins}, dec
+}
+
+// checkEntries reports lock entries with a bad name or no valid value, and
+// removes them so that allocation never sees them.
+func checkEntries[V any](dec *decoder, section string, entries map[string]V, valid func(V) bool) {
+	for _, name := range sortedKeys(entries) {
+		f := section + "." + name
+		if msg := checkName(name); msg != "" {
+			dec.diag.errorf(dec.at(f+"#key"), f, "%s", msg)
+			delete(entries, name)
+		} else if !valid(entries[name]) {
+			dec.diag.errorf(dec.at(f), f, "missing or invalid value; remove the entry and run keel lock")
+			delete(entries, name)
+		}
+	}
 }
 
 // checkLock reports lock entries that name things that no longer exist, pins

@@ -131,7 +131,7 @@ type JailSpec struct {
 type Network struct {
 	VNet    bool   `json:"vnet" yaml:"vnet"`
 	Bridge  string `json:"bridge" yaml:"bridge"`
-	Address Addr   `json:"address,omitempty" yaml:"address,omitempty"`
+	Address Addr   `json:"address,omitzero" yaml:"address,omitempty"`
 }
 
 // Resources are both what placement reserves on a node and the limits

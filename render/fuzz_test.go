@@ -1,0 +1,51 @@
+package render_test
+
+import (
+	"errors"
+	"testing"
+	"testing/fstest"
+
+	"github.com/keel-dev/keel/render"
+)
+
+// FuzzRender feeds arbitrary bytes to the reader as a spec file, next to a
+// valid cluster.yaml and lock: it must never panic or hang, and must either
+// render or return an *InvalidError whose every diagnostic has a position.
+func FuzzRender(f *testing.F) {
+	seeds := []string{
+		"apiVersion: keel/v1\nkind: Jail\nmetadata: {name: a}\nspec: {image: base/x}\n",
+		"apiVersion: keel/v1\nkind: Service\nmetadata: {name: web}\nspec:\n  replicas: 3\n  port: 80\n  template: {image: base/x, volumes: [{name: d, mountPath: /d, size: 1G}]}\n",
+		"apiVersion: keel/v1\nkind: Ingress\nmetadata: {name: i}\nspec: {host: a.b, backend: {service: web}}\n",
+		"a: &x [*x]\n",
+		"---\n---\n- [\n",
+		"apiVersion: keel/v1\nkind: Jail\nmetadata: &m {name: a}\nspec: {<<: *m}\n",
+		"apiVersion: keel/v1\nkind: Node\nmetadata: {name: n}\nspec: {address: 10.0.0.1, podCIDR: 10.200.1.0/24}\n",
+		"\xef\xbb\xbfapiVersion: keel/v1\nkind: Jail\n",
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s), []byte("apiVersion: keel/v1\nkind: Lock\nsubnets: {n1: 10.200.1.0/24}\nvips: {web: 10.201.0.9}\npins: {}\n"))
+	}
+	f.Fuzz(func(t *testing.T, spec, lock []byte) {
+		fsys := fstest.MapFS{
+			"cluster.yaml":  {Data: []byte("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: fuzz}\n")},
+			"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 192.0.2.1}\n")},
+			"apps/x.yaml":   {Data: spec},
+			"keel.lock":     {Data: lock},
+		}
+		m, err := render.Render(fsys)
+		if err != nil {
+			var ie *render.InvalidError
+			if !errors.As(err, &ie) {
+				t.Fatalf("Render returned a non-validation error for in-memory input: %v", err)
+			}
+			for _, d := range ie.Diagnostics {
+				if d.Pos.File == "" || d.Message == "" {
+					t.Fatalf("diagnostic without a position or message: %#v", d)
+				}
+			}
+		}
+		if m == nil {
+			t.Fatal("Render returned no model")
+		}
+	})
+}
