@@ -29,6 +29,7 @@ type decoder struct {
 	file  string
 	diag  *diagnoser
 	pos   map[string]Position
+	empty map[string]bool // paths written with an empty value
 	depth int
 }
 
@@ -83,6 +84,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	}
 	d.pos[path] = d.position(n)
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		if d.empty == nil {
+			d.empty = map[string]bool{}
+		}
+		d.empty[path] = true
 		return // an empty value leaves the zero value, and defaults apply
 	}
 	if s, ok := v.Addr().Interface().(scalar); ok {

@@ -43,11 +43,14 @@ func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Posit
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
+		keyErrorf := func(format string, args ...any) {
+			r.diag.errorf(at(f("env."+k)+"#key"), f("env."+k), format, args...)
+		}
 		switch {
 		case !envName.MatchString(k):
-			errorf("env."+k+"#key", "%q is not an environment variable name (letters, digits and '_', not starting with a digit)", k)
+			keyErrorf("%q is not an environment variable name (letters, digits and '_', not starting with a digit)", k)
 		case strings.HasPrefix(k, "KEEL_"):
-			errorf("env."+k+"#key", "%q: names starting with KEEL_ are set by the agent", k)
+			keyErrorf("%q: names starting with KEEL_ are set by the agent", k)
 		case strings.ContainsRune(in.Env[k], 0):
 			errorf("env."+k, "contains a NUL byte")
 		}
@@ -207,7 +210,7 @@ func (r *renderer) buildInstances(m *Model) {
 		}
 		switch {
 		case s.Port == 0 && !d.written("spec.port"):
-			r.diag.errorf(d.at("spec"), "spec.port", "required: the TCP port the replicas listen on and the VIP serves")
+			r.diag.errorf(d.at("spec.port"), "spec.port", "required: the TCP port the replicas listen on and the VIP serves")
 		case s.Port < 1 || s.Port > 65535:
 			r.diag.errorf(d.at("spec.port"), "spec.port", "%d is not a TCP port (1-65535)", s.Port)
 		}
@@ -308,7 +311,7 @@ func (r *renderer) buildIngresses(m *Model) {
 		svc := m.Service(s.Backend.Service)
 		switch {
 		case s.Backend.Service == "":
-			r.diag.errorf(d.at("spec.backend"), "spec.backend.service", "required: the Service to send requests to")
+			r.diag.errorf(d.at("spec.backend.service"), "spec.backend.service", "required: the Service to send requests to")
 		case svc == nil:
 			msg := fmt.Sprintf("Service %q does not exist", s.Backend.Service)
 			var names []string
@@ -328,7 +331,7 @@ func (r *renderer) buildIngresses(m *Model) {
 		if s.TLS != nil {
 			in.TLS = &TLS{Email: s.TLS.Email}
 			if s.TLS.Email == "" {
-				r.diag.errorf(d.at("spec.tls"), "spec.tls.email", "required: the ACME account's contact address")
+				r.diag.errorf(d.at("spec.tls.email"), "spec.tls.email", "required: the ACME account's contact address")
 			} else if msg := checkEmail(s.TLS.Email); msg != "" {
 				r.diag.errorf(d.at("spec.tls.email"), "spec.tls.email", "%s", msg)
 			}

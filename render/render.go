@@ -60,10 +60,11 @@ type doc[T any] struct {
 
 func (d doc[T]) at(field string) Position { return d.dec.at(field) }
 
-// written reports whether the document gave field a value.
+// written reports whether the document gave field a value. An empty value
+// (key:, ~, null) counts as not written.
 func (d doc[T]) written(field string) bool {
 	_, ok := d.dec.pos[field]
-	return ok
+	return ok && !d.dec.empty[field]
 }
 
 type renderer struct {
@@ -224,6 +225,7 @@ func checkRefPrefix(p string) string {
 func (r *renderer) buildNodes(m *Model) {
 	seen := map[string]Position{}
 	addrs := map[Addr]string{}
+	podAt := map[string]Position{} // node → where its spec.podCIDR is written
 	for _, d := range r.nodes {
 		r.checkMetadata(d.v.Metadata, d.at)
 		name := d.v.Metadata.Name
@@ -248,11 +250,12 @@ func (r *renderer) buildNodes(m *Model) {
 		}
 		if s.PodCIDR.IsValid() {
 			n.PodCIDRSource = SourceExplicit
+			podAt[name] = d.at("spec.podCIDR")
 		}
 		switch {
 		case !s.Address.IsValid():
 			if !d.written("spec.address") {
-				r.diag.errorf(d.at("spec"), "spec.address", "required: the address other nodes route this node's subnet to")
+				r.diag.errorf(d.at("spec.address"), "spec.address", "required: the address other nodes route this node's subnet to")
 			}
 		case m.Cluster.PodCIDR.Contains(s.Address.Addr) || m.Cluster.ServiceCIDR.Contains(s.Address.Addr):
 			r.diag.errorf(d.at("spec.address"), "spec.address", "%s is inside the cluster's podCIDR or serviceCIDR; a node's address is its own host address", s.Address)
@@ -285,7 +288,7 @@ func (r *renderer) buildNodes(m *Model) {
 		for j := i + 1; j < len(m.Nodes); j++ {
 			a, b := m.Nodes[i], m.Nodes[j]
 			if a.PodCIDRSource == SourceExplicit && b.PodCIDRSource == SourceExplicit && a.PodCIDR.Overlaps(b.PodCIDR.Prefix) {
-				r.diag.errorf(b.Source, "spec.podCIDR", "%s overlaps node %s's podCIDR %s", b.PodCIDR, a.Name, a.PodCIDR)
+				r.diag.errorf(podAt[b.Name], "spec.podCIDR", "%s overlaps node %s's podCIDR %s", b.PodCIDR, a.Name, a.PodCIDR)
 			}
 		}
 	}
