@@ -97,6 +97,7 @@ git push is the deploy command; keel plan shows what a change will do.`,
 		e.validateCommand(),
 		e.renderCommand(),
 		e.lockCommand(),
+		e.planCommand(),
 		e.versionCommand(),
 	)
 	return root

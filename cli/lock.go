@@ -7,19 +7,23 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/render"
 )
 
 func (e *env) lockCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "lock",
-		Short: "Write keel.lock: pin node subnets and service VIPs so they never move",
+		Short: "Write keel.lock: pin node subnets, service VIPs and stateful instances so they never move",
 		Long: `Lock writes keel.lock at the root of the cluster repository with every
-node's subnet and every Service's VIP. Existing entries never change; entries
-of deleted nodes and Services are dropped; running it twice changes nothing.
+node's subnet, every Service's VIP, and the node of every stateful instance
+(a pin: where the planner places it, using the reports it can read, as keel
+plan does). Existing entries never change; entries of deleted nodes,
+Services and instances are dropped; running it twice changes nothing.
 Commit keel.lock and review its changes like go.sum.
 
 With --check nothing is written: the command exits 1 and prints what would
@@ -32,6 +36,7 @@ Exit status: 0 success (or up to date), 1 invalid repository or stale lock,
 	}
 	repo := repoFlag(cmd)
 	check := cmd.Flags().Bool("check", false, "change nothing; exit 1 if keel.lock is missing or stale")
+	rf := addReportFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		m, err := loadRepo(*repo)
 		if isInvalid(err) {
@@ -47,7 +52,23 @@ Exit status: 0 success (or up to date), 1 invalid repository or stale lock,
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		want := render.NewLock(m)
+		// Stateful instances are pinned where the planner places them, with
+		// the reports this repository holds (or all nodes alive without any).
+		g, _ := openGit(*repo)
+		reports, problems, err := e.readReports(rf, g, m.Cluster.ReportRefPrefix)
+		if err != nil {
+			return err
+		}
+		for _, p := range problems {
+			fmt.Fprintln(e.stderr, "warning:", p)
+		}
+		plan := planner.Compute(planner.Input{Model: m, Reports: reports, Now: time.Now().UTC(), AssumeAlive: true})
+		for _, u := range plan.Unschedulable {
+			if inst := m.Instance(u.Instance); inst != nil && inst.Stateful {
+				fmt.Fprintf(e.stderr, "warning: %s is not pinned: it cannot be placed (%s)\n", u.Instance, u.Reason)
+			}
+		}
+		want := lockFor(m, plan)
 		diff := m.Lock.Diff(want)
 		upToDate := exists && len(diff) == 0
 		if *check {

@@ -23,7 +23,7 @@ func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Posit
 	s := JailSpec{
 		Image:         in.Image,
 		Command:       in.Command,
-		Env:           in.Env,
+		Env:           nonEmpty(in.Env),
 		Network:       Network{VNet: in.Network.VNet, Bridge: in.Network.Bridge, Address: in.Network.Address},
 		Resources:     Resources{CPU: in.Resources.CPU, Memory: in.Resources.Memory},
 		RestartPolicy: in.RestartPolicy,
@@ -99,6 +99,15 @@ func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Posit
 	return s
 }
 
+// nonEmpty returns nil for an empty map, so that "env: {}" and no env at
+// all render (and hash) the same.
+func nonEmpty(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
 func cleanPath(p string) string {
 	for strings.Contains(p, "//") {
 		p = strings.ReplaceAll(p, "//", "/")
@@ -171,7 +180,7 @@ func (r *renderer) buildInstances(m *Model) {
 		inst := Instance{
 			Name:         name,
 			Node:         d.v.Spec.Node,
-			NodeSelector: d.v.Spec.NodeSelector,
+			NodeSelector: nonEmpty(d.v.Spec.NodeSelector),
 			Spec:         spec,
 			Stateful:     len(spec.Volumes) > 0,
 			Source:       d.at(""),
@@ -241,7 +250,7 @@ func (r *renderer) buildInstances(m *Model) {
 				Service:      name,
 				Index:        i,
 				Node:         s.Template.Node,
-				NodeSelector: s.Template.NodeSelector,
+				NodeSelector: nonEmpty(s.Template.NodeSelector),
 				Spec:         spec,
 				Stateful:     len(spec.Volumes) > 0,
 				Source:       d.at(""),

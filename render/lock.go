@@ -103,6 +103,11 @@ func (r *renderer) checkLock(m *Model) {
 			r.diag.errorf(at(f), f, "%s is pinned to node %s but its spec asks for node %s: a stateful instance moves only when its pin is changed (its volumes stay behind on %s)", name, node, inst.Node, node)
 		}
 	}
+	for _, inst := range m.Instances {
+		if _, pinned := r.lock.Pins[inst.Name]; inst.Stateful && !pinned {
+			r.diag.warnf(inst.Source, "metadata.name", "keel.lock has no pin for stateful %s; run keel lock to pin it to the node the planner places it on", inst.Name)
+		}
+	}
 	for _, n := range m.Nodes {
 		if n.PodCIDRSource == SourceDerived {
 			r.diag.warnf(n.Source, "metadata.name", "keel.lock has no entry for node %s; run keel lock to pin its subnet %s", n.Name, n.PodCIDR)

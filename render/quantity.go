@@ -25,13 +25,13 @@ func (c *CPU) parseScalar(text string) error {
 	var r *big.Rat
 	if m, ok := strings.CutSuffix(s, "m"); ok {
 		n, err := strconv.ParseInt(m, 10, 64)
-		if err != nil || n < 0 {
+		if err != nil || n < 0 || strings.HasPrefix(m, "+") {
 			return bad
 		}
 		r = new(big.Rat).SetInt64(n)
 	} else {
 		v, ok := new(big.Rat).SetString(s)
-		if !ok || strings.ContainsAny(s, "/eE") {
+		if !ok || strings.ContainsAny(s, "/eE+") {
 			return bad
 		}
 		r = v.Mul(v, big.NewRat(1000, 1))
@@ -76,12 +76,16 @@ var byteUnits = []struct {
 func (b *Bytes) parseScalar(text string) error {
 	bad := fmt.Errorf("%q is not a size (want e.g. 512M, 2G)", text)
 	s := strings.ToUpper(strings.TrimSpace(text))
-	s = strings.TrimSuffix(s, "B")
-	s = strings.TrimSuffix(s, "I")
 	shift := uint(0)
 	for _, u := range byteUnits {
-		if n, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, shift = n, u.shift
+		// 512M, and the spellings 512MI, 512MB and 512MIB of the same size.
+		for _, suffix := range []string{u.suffix + "IB", u.suffix + "I", u.suffix + "B", u.suffix} {
+			if n, ok := strings.CutSuffix(s, suffix); ok {
+				s, shift = n, u.shift
+				break
+			}
+		}
+		if shift != 0 {
 			break
 		}
 	}

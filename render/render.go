@@ -148,6 +148,10 @@ func (r *renderer) buildCluster(m *Model) {
 		m.Cluster = c
 		return
 	}
+	// The document in cluster.yaml is the Cluster; any other is the extra one.
+	slices.SortStableFunc(r.clusters, func(a, b doc[clusterDoc]) int {
+		return cmp.Compare(rootRank(a.dec.file), rootRank(b.dec.file))
+	})
 	for _, extra := range r.clusters[1:] {
 		r.diag.errorf(extra.at(""), "kind", "a second Cluster document (the first is at %s); a repository has exactly one", r.clusters[0].at(""))
 	}
@@ -206,6 +210,13 @@ func (r *renderer) buildCluster(m *Model) {
 	if c.MinAgentVersion != "" && !semver.MatchString(c.MinAgentVersion) {
 		r.diag.errorf(d.at("spec.minAgentVersion"), "spec.minAgentVersion", "%q is not a version (want e.g. 0.3.0)", c.MinAgentVersion)
 	}
+}
+
+func rootRank(file string) int {
+	if file == ClusterFile || file == "cluster.yml" {
+		return 0
+	}
+	return 1
 }
 
 // checkRefPrefix validates where reports live: outside refs/heads/ and

@@ -1,0 +1,308 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+)
+
+// Actions a change can take.
+const (
+	ActionCreate        = "create"
+	ActionRemove        = "remove"
+	ActionReplace       = "replace"
+	ActionRestart       = "restart"
+	ActionUpdate        = "update" // live change: resources or restartPolicy
+	ActionMove          = "move"
+	ActionScale         = "scale"
+	ActionPort          = "port" // a Service's port: proxies only
+	ActionUnschedulable = "unschedulable"
+	ActionFailing       = "failing" // pending: not running on its node
+	ActionWait          = "wait"    // pending: outdated, held back by the rollout
+)
+
+// Change is one thing that a plan does differently from another, or from
+// what the nodes report.
+type Change struct {
+	Instance string `json:"instance"`
+	Service  string `json:"service,omitempty"`
+	Action   string `json:"action"`
+	// Node is where the change happens (the new node for a move).
+	Node string `json:"node,omitempty"`
+	// From is the node an instance moves from.
+	From string `json:"from,omitempty"`
+	// Fields lists the spec fields that differ, for replace/restart/update.
+	Fields []string `json:"fields,omitempty"`
+	Reason string   `json:"reason,omitempty"`
+}
+
+// Allocation is a subnet, VIP or pin that a change adds, drops or changes.
+type Allocation struct {
+	Kind   string `json:"kind"` // subnet, vip or pin
+	Name   string `json:"name"`
+	Action string `json:"action"` // added, removed or changed
+	From   string `json:"from,omitempty"`
+	To     string `json:"to,omitempty"`
+}
+
+// Diff compares the plan of a base commit with the plan of a head commit,
+// made from the same reports: what the change itself does.
+func Diff(baseModel *render.Model, base *Plan, headModel *render.Model, head *Plan) []Change {
+	var out []Change
+	basePl, headPl := placementsByName(base), placementsByName(head)
+	baseUn, headUn := unschedulableByName(base), unschedulableByName(head)
+	for _, inst := range headModel.Instances {
+		old := baseModel.Instance(inst.Name)
+		hp, hasHead := headPl[inst.Name]
+		node := ""
+		if hasHead {
+			node = hp.Node
+		}
+		if reason, ok := headUn[inst.Name]; ok {
+			if _, was := baseUn[inst.Name]; !was || old == nil {
+				out = append(out, Change{Instance: inst.Name, Service: inst.Service, Action: ActionUnschedulable, Reason: reason})
+			}
+			if old == nil {
+				continue
+			}
+		}
+		if old == nil {
+			out = append(out, Change{Instance: inst.Name, Service: inst.Service, Action: ActionCreate, Node: node, Reason: newReason(baseModel, &inst)})
+			continue
+		}
+		bp, hasBase := basePl[inst.Name]
+		if hasBase && hasHead && bp.Node != hp.Node {
+			out = append(out, Change{Instance: inst.Name, Service: inst.Service, Action: ActionMove, Node: hp.Node, From: bp.Node, Reason: moveReason(old, &inst)})
+		} else if !hasBase && hasHead {
+			out = append(out, Change{Instance: inst.Name, Service: inst.Service, Action: ActionCreate, Node: node, Reason: "it can be placed now"})
+		}
+		if fc := render.CompareSpecs(old.Spec, inst.Spec); len(fc) > 0 {
+			out = append(out, specChange(&inst, node, fc))
+		}
+	}
+	for _, inst := range baseModel.Instances {
+		if headModel.Instance(inst.Name) == nil {
+			node := ""
+			if bp, ok := basePl[inst.Name]; ok {
+				node = bp.Node
+			}
+			reason := "deleted from the specs"
+			if inst.Service != "" && headModel.Service(inst.Service) != nil {
+				reason = "scaled down"
+			}
+			out = append(out, Change{Instance: inst.Name, Service: inst.Service, Action: ActionRemove, Node: node, Reason: reason})
+		}
+	}
+	for _, svc := range headModel.Services {
+		old := baseModel.Service(svc.Name)
+		if old == nil {
+			continue
+		}
+		if old.Replicas != svc.Replicas {
+			out = append(out, Change{Instance: svc.Name, Service: svc.Name, Action: ActionScale, Reason: fmt.Sprintf("replicas %d → %d", old.Replicas, svc.Replicas)})
+		}
+		if old.Port != svc.Port {
+			out = append(out, Change{Instance: svc.Name, Service: svc.Name, Action: ActionPort, Reason: fmt.Sprintf("port %d → %d (proxies only)", old.Port, svc.Port)})
+		}
+	}
+	sortChanges(out)
+	return out
+}
+
+func newReason(base *render.Model, inst *render.Instance) string {
+	if inst.Service != "" && base.Service(inst.Service) == nil {
+		return "new Service " + inst.Service
+	}
+	if inst.Service != "" {
+		return "scaled up"
+	}
+	return "new Jail"
+}
+
+func moveReason(old, cur *render.Instance) string {
+	switch {
+	case old.Node != cur.Node:
+		return fmt.Sprintf("spec.node changed (%q → %q)", old.Node, cur.Node)
+	case !maps.Equal(old.NodeSelector, cur.NodeSelector):
+		return "spec.nodeSelector changed"
+	case old.Spec.Resources != cur.Spec.Resources:
+		return "resources changed and no longer fit"
+	default:
+		return "placement changed (capacity or other instances moved)"
+	}
+}
+
+// specChange turns the fields that differ into one change, named after the
+// most disruptive class among them.
+func specChange(inst *render.Instance, node string, fc []render.FieldChange) Change {
+	action := ActionUpdate
+	var fields []string
+	for _, f := range fc {
+		fields = append(fields, f.Field)
+		switch {
+		case f.Class == render.ChangeReplace:
+			action = ActionReplace
+		case f.Class == render.ChangeRestart && action != ActionReplace:
+			action = ActionRestart
+		}
+	}
+	reason := ""
+	if action != ActionUpdate && inst.Service != "" {
+		reason = "one replica at a time"
+	}
+	return Change{Instance: inst.Name, Service: inst.Service, Action: action, Node: node, Fields: fields, Reason: reason}
+}
+
+// Pending compares a plan with what the reports show: what the agents will
+// still do whatever the change under review.
+func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
+	byNode := map[string]*report.Report{}
+	for i := range reports {
+		r := &reports[i]
+		if cur, ok := byNode[r.Node]; !ok || newer(r, cur) {
+			byNode[r.Node] = r
+		}
+	}
+	alive := map[string]bool{}
+	for _, n := range plan.Nodes {
+		alive[n.Name] = n.Alive
+	}
+	var out []Change
+	placed := placementsByName(plan)
+	for _, pl := range plan.Placements {
+		inst := m.Instance(pl.Instance)
+		r := byNode[pl.Node]
+		var ri *report.Instance
+		if r != nil {
+			ri = r.Instance(pl.Instance)
+		}
+		switch {
+		case ri == nil:
+			from := ""
+			for _, n := range slices.Sorted(maps.Keys(byNode)) {
+				if n != pl.Node && alive[n] && byNode[n].Instance(pl.Instance) != nil {
+					from = n
+					break
+				}
+			}
+			if from != "" {
+				reason := "stopped on " + from + " once it runs on " + pl.Node
+				if inst != nil && inst.Stateful {
+					reason = "started on " + pl.Node + " once " + from + " reports it stopped"
+				}
+				out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: ActionMove, Node: pl.Node, From: from, Reason: reason})
+			} else if !alive[pl.Node] {
+				out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: ActionCreate, Node: pl.Node, Reason: "waits for node " + pl.Node + ", which is dead"})
+			} else {
+				out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: ActionCreate, Node: pl.Node})
+			}
+		case pl.Outdated != "":
+			action := ActionReplace
+			if pl.Outdated == render.ChangeRestart {
+				action = ActionRestart
+			}
+			reason := "released"
+			if !pl.Released {
+				action, reason = ActionWait, fmt.Sprintf("%s held back by the rollout", pl.Outdated)
+			}
+			out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: action, Node: pl.Node, Reason: reason})
+		case ri.State != report.StateRunning && ri.State != report.StateStarting:
+			reason := string(ri.State)
+			if ri.Restarts > 0 {
+				reason += fmt.Sprintf(", %d restarts", ri.Restarts)
+			}
+			if ri.Error != "" {
+				reason += ": " + ri.Error
+			}
+			out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: ActionFailing, Node: pl.Node, Reason: reason})
+		case inst != nil && ri.SpecHash != inst.SpecHash:
+			out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: ActionUpdate, Node: pl.Node, Reason: "resources or restartPolicy applied live"})
+		}
+	}
+	for _, u := range plan.Unschedulable {
+		out = append(out, Change{Instance: u.Instance, Service: u.Service, Action: ActionUnschedulable, Reason: u.Reason})
+	}
+	for _, n := range slices.Sorted(maps.Keys(byNode)) {
+		if !alive[n] {
+			continue
+		}
+		for _, ri := range byNode[n].Instances {
+			if m.Instance(ri.Name) == nil {
+				out = append(out, Change{Instance: ri.Name, Action: ActionRemove, Node: n, Reason: "no longer in the specs"})
+			} else if pl, ok := placed[ri.Name]; !ok {
+				continue // unschedulable: listed above
+			} else if pl.Node != n && !pendingMove(out, ri.Name, n) {
+				out = append(out, Change{Instance: ri.Name, Action: ActionRemove, Node: n, Reason: "runs on " + pl.Node + " now (duplicate)"})
+			}
+		}
+	}
+	sortChanges(out)
+	return out
+}
+
+func pendingMove(changes []Change, inst, from string) bool {
+	return slices.ContainsFunc(changes, func(c Change) bool { return c.Instance == inst && c.Action == ActionMove && c.From == from })
+}
+
+// DiffAllocations compares two locks (as keel lock would write them).
+func DiffAllocations(base, head render.Lock) []Allocation {
+	var out []Allocation
+	out = append(out, diffAlloc("subnet", base.Subnets, head.Subnets)...)
+	out = append(out, diffAlloc("vip", base.VIPs, head.VIPs)...)
+	out = append(out, diffAlloc("pin", base.Pins, head.Pins)...)
+	return out
+}
+
+func diffAlloc[V comparable](kind string, a, b map[string]V) []Allocation {
+	var out []Allocation
+	keys := slices.Sorted(maps.Keys(a))
+	keys = append(keys, slices.Sorted(maps.Keys(b))...)
+	slices.Sort(keys)
+	for _, k := range slices.Compact(keys) {
+		va, ina := a[k]
+		vb, inb := b[k]
+		switch {
+		case ina && !inb:
+			out = append(out, Allocation{Kind: kind, Name: k, Action: "removed", From: fmt.Sprint(va)})
+		case !ina && inb:
+			out = append(out, Allocation{Kind: kind, Name: k, Action: "added", To: fmt.Sprint(vb)})
+		case va != vb:
+			out = append(out, Allocation{Kind: kind, Name: k, Action: "changed", From: fmt.Sprint(va), To: fmt.Sprint(vb)})
+		}
+	}
+	return out
+}
+
+func placementsByName(p *Plan) map[string]Placement {
+	out := make(map[string]Placement, len(p.Placements))
+	for _, pl := range p.Placements {
+		out[pl.Instance] = pl
+	}
+	return out
+}
+
+func unschedulableByName(p *Plan) map[string]string {
+	out := map[string]string{}
+	for _, u := range p.Unschedulable {
+		out[u.Instance] = u.Reason
+	}
+	return out
+}
+
+var actionOrder = []string{ActionUnschedulable, ActionRemove, ActionMove, ActionReplace, ActionRestart, ActionCreate, ActionScale, ActionPort, ActionUpdate, ActionFailing, ActionWait}
+
+func sortChanges(c []Change) {
+	slices.SortFunc(c, func(a, b Change) int {
+		return cmp.Or(
+			strings.Compare(cmp.Or(a.Service, a.Instance), cmp.Or(b.Service, b.Instance)),
+			strings.Compare(a.Instance, b.Instance),
+			cmp.Compare(slices.Index(actionOrder, a.Action), slices.Index(actionOrder, b.Action)),
+			strings.Compare(a.Node, b.Node),
+		)
+	})
+}

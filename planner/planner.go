@@ -1,0 +1,688 @@
+package planner
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+)
+
+// futureLimit is how far ahead of the reader's clock a report may be dated
+// before it is ignored as broken.
+const futureLimit = time.Hour
+
+// maxPerNode is how many instances fit in a node's /24: .2 to .254.
+const maxPerNode = 253
+
+// IngressLabel marks the nodes that should serve Ingresses.
+const IngressLabel = "keel.dev/ingress"
+
+// nodeState is the planner's working view of one node.
+type nodeState struct {
+	Node
+	idx      int
+	labels   map[string]string
+	hash     uint64
+	report   *report.Report
+	count    int            // instances placed
+	used     [256]bool      // addresses reserved or given out in its /24
+	services map[string]int // replicas placed, by Service
+	reported map[string]*report.Instance
+}
+
+func (n *nodeState) fits(req render.Resources) bool {
+	if n.count >= maxPerNode {
+		return false
+	}
+	if n.Unlimited {
+		return true
+	}
+	return n.Committed.CPU+req.CPU <= n.Capacity.CPU && n.Committed.Memory+req.Memory <= n.Capacity.Memory
+}
+
+// sighting is one alive-or-dead node's report of an instance.
+type sighting struct {
+	node *nodeState
+	inst *report.Instance
+}
+
+type planner struct {
+	in        Input
+	m         *render.Model
+	plan      *Plan
+	nodes     []*nodeState
+	byName    map[string]*nodeState
+	sightings map[string][]sighting   // instance → nodes that report it
+	holders   map[string][]*nodeState // volume → nodes that report holding it
+	placed    map[string]*Placement   // instance → placement
+	kept      map[string]bool         // node/address of reported addresses kept
+	warnings  []Warning
+}
+
+func (p *planner) warn(code, subject, format string, args ...any) {
+	p.warnings = append(p.warnings, Warning{Code: code, Subject: subject, Message: fmt.Sprintf(format, args...)})
+}
+
+// Compute makes the plan for in. It is deterministic: the same input in any
+// order gives the same plan, byte for byte.
+func Compute(in Input) *Plan {
+	p := &planner{
+		in:        in,
+		m:         in.Model,
+		plan:      &Plan{Commit: in.Commit},
+		byName:    map[string]*nodeState{},
+		sightings: map[string][]sighting{},
+		holders:   map[string][]*nodeState{},
+		placed:    map[string]*Placement{},
+	}
+	p.readNodes()
+	p.place()
+	p.assignAddresses()
+	p.pace()
+	p.endpoints()
+	p.ingresses()
+	p.finish()
+	return p.plan
+}
+
+// readNodes builds the node views and judges liveness.
+func (p *planner) readNodes() {
+	for i, n := range p.m.Nodes {
+		ns := &nodeState{
+			Node: Node{
+				Name: n.Name, Schedulable: n.Schedulable, Address: n.Address.Addr, PodCIDR: n.PodCIDR.Prefix,
+			},
+			idx: i, labels: n.Labels, hash: hash64(n.Name), services: map[string]int{},
+			reported: map[string]*report.Instance{},
+		}
+		p.nodes = append(p.nodes, ns)
+		p.byName[n.Name] = ns
+	}
+	// The newest report of each node; ties broken on content so that the
+	// choice never depends on input order.
+	for i := range p.in.Reports {
+		r := &p.in.Reports[i]
+		ns := p.byName[r.Node]
+		switch {
+		case ns == nil:
+			p.warn(WarnReportIgnored, r.Node, "report of %s ignored: the node is not in the inventory", r.Node)
+			continue
+		case r.Time.After(p.in.Now.Add(futureLimit)):
+			p.warn(WarnReportIgnored, r.Node, "report of %s ignored: it is dated %s, more than an hour ahead of this clock", r.Node, r.Time.UTC().Format(time.RFC3339))
+			continue
+		}
+		if ns.report == nil || newer(r, ns.report) {
+			ns.report = r
+		}
+	}
+	var newest time.Time
+	reports := 0
+	for _, ns := range p.nodes {
+		if ns.report != nil {
+			reports++
+			if ns.report.Time.After(newest) {
+				newest = ns.report.Time
+			}
+		}
+	}
+	p.plan.ClusterTime = newest.UTC()
+	assume := p.in.AssumeAlive && reports == 0
+	p.plan.AssumedAlive = assume
+	if assume && len(p.nodes) > 0 {
+		p.warn(WarnNoReports, "", "no node has reported: planning as if every node of the inventory were alive, with its declared capacity")
+	}
+	ttl := time.Duration(p.m.Cluster.LivenessTTL)
+	for _, ns := range p.nodes {
+		r := ns.report
+		switch {
+		case assume:
+			ns.Alive = true
+		case r == nil:
+			p.warn(WarnNodeDead, ns.Name, "node %s is dead: it has never reported", ns.Name)
+		case newest.Sub(r.Time) > ttl:
+			p.warn(WarnNodeDead, ns.Name, "node %s is dead: its last report is %s older than the newest (livenessTTL %s)", ns.Name, newest.Sub(r.Time).Round(time.Second), ttl)
+		default:
+			ns.Alive = true
+		}
+		if r != nil {
+			ns.ReportTime = r.Time.UTC()
+			if r.Refused != nil && p.in.Commit != "" && r.Refused.Commit == p.in.Commit {
+				ns.RefusedCommit = true
+				p.warn(WarnRefused, ns.Name, "node %s refused commit %s: %s", ns.Name, short(p.in.Commit), r.Refused.Reason)
+			}
+			for j := range r.Instances {
+				ri := &r.Instances[j]
+				ns.reported[ri.Name] = ri
+				p.sightings[ri.Name] = append(p.sightings[ri.Name], sighting{ns, ri})
+				if a := ri.Address; a.Is4() && ns.PodCIDR.Contains(a) {
+					ns.used[a.As4()[3]] = true
+				}
+			}
+			for _, v := range r.Volumes {
+				p.holders[v.Name] = append(p.holders[v.Name], ns)
+			}
+		}
+		// Capacity: the Node file's override, field by field, else the report.
+		spec := p.m.Nodes[ns.idx].Capacity
+		switch {
+		case spec != nil && spec.CPU != 0 && spec.Memory != 0:
+			ns.Capacity = *spec
+		case r != nil && r.Capacity.CPU != 0 && r.Capacity.Memory != 0:
+			ns.Capacity = render.Resources{CPU: r.Capacity.CPU, Memory: r.Capacity.Memory}
+			if spec != nil {
+				ns.Capacity.CPU = cmp.Or(spec.CPU, ns.Capacity.CPU)
+				ns.Capacity.Memory = cmp.Or(spec.Memory, ns.Capacity.Memory)
+			}
+		default:
+			ns.Unlimited = true
+		}
+	}
+	for _, s := range p.sightings {
+		slices.SortFunc(s, func(a, b sighting) int { return cmp.Compare(a.node.idx, b.node.idx) })
+	}
+	for _, h := range p.holders {
+		slices.SortFunc(h, func(a, b *nodeState) int { return cmp.Compare(a.idx, b.idx) })
+	}
+	// Reserve the explicit addresses of every instance on their node.
+	for _, inst := range p.m.Instances {
+		if a := inst.Spec.Network.Address; a.IsValid() {
+			if ns := p.byName[inst.Node]; ns != nil && ns.PodCIDR.Contains(a.Addr) {
+				ns.used[a.As4()[3]] = true
+			}
+		}
+	}
+}
+
+// newer reports whether a should win over b as a node's report.
+func newer(a, b *report.Report) bool {
+	if !a.Time.Equal(b.Time) {
+		return a.Time.After(b.Time)
+	}
+	return string(a.Marshal()) > string(b.Marshal())
+}
+
+// matches reports whether node n satisfies the instance's constraints.
+func matches(inst *render.Instance, n *nodeState) bool {
+	if inst.Node != "" && inst.Node != n.Name {
+		return false
+	}
+	for k, v := range inst.NodeSelector {
+		if got, ok := n.labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *planner) put(inst *render.Instance, ns *nodeState, reason string) {
+	pl := &Placement{Instance: inst.Name, Service: inst.Service, Node: ns.Name, Reason: reason}
+	p.placed[inst.Name] = pl
+	ns.count++
+	ns.Committed.CPU += inst.Spec.Resources.CPU
+	ns.Committed.Memory += inst.Spec.Resources.Memory
+	if inst.Service != "" {
+		ns.services[inst.Service]++
+	}
+}
+
+func (p *planner) unschedulable(inst *render.Instance, format string, args ...any) {
+	reason := fmt.Sprintf(format, args...)
+	p.plan.Unschedulable = append(p.plan.Unschedulable, Unschedulable{Instance: inst.Name, Service: inst.Service, Reason: reason})
+	p.warn(WarnUnschedulable, inst.Name, "%s cannot be placed: %s", inst.Name, reason)
+}
+
+// place runs steps 2 to 5: pinned, held and sticky instances stay where they
+// are, then new ones are placed.
+func (p *planner) place() {
+	var fresh []*render.Instance
+	for i := range p.m.Instances {
+		inst := &p.m.Instances[i]
+		if !p.placeExisting(inst) {
+			fresh = append(fresh, inst)
+		}
+	}
+	// New placements in a fixed order: by Service (or Jail) name, then index.
+	slices.SortFunc(fresh, func(a, b *render.Instance) int {
+		return cmp.Or(strings.Compare(group(a), group(b)), cmp.Compare(a.Index, b.Index), strings.Compare(a.Name, b.Name))
+	})
+	for _, inst := range fresh {
+		p.placeNew(inst)
+	}
+	for _, ns := range p.nodes {
+		if !ns.Unlimited && (ns.Committed.CPU > ns.Capacity.CPU || ns.Committed.Memory > ns.Capacity.Memory) {
+			p.warn(WarnOverCapacity, ns.Name, "node %s is over capacity: %s CPU and %s memory committed, %s and %s available (instances already there stay)",
+				ns.Name, ns.Committed.CPU, ns.Committed.Memory, ns.Capacity.CPU, ns.Capacity.Memory)
+		}
+	}
+}
+
+func group(i *render.Instance) string { return cmp.Or(i.Service, i.Name) }
+
+// placeExisting places an instance that is pinned, held or sticky, and
+// reports whether it did (or found it unschedulable).
+func (p *planner) placeExisting(inst *render.Instance) bool {
+	// Step 2: a pin is binding, alive or not.
+	if node, ok := p.m.Lock.Pins[inst.Name]; ok && inst.Stateful {
+		ns := p.byName[node]
+		if ns == nil {
+			p.unschedulable(inst, "pinned to node %s, which is not in the inventory", node)
+			return true
+		}
+		if !ns.Alive {
+			p.warn(WarnPinnedDead, inst.Name, "stateful %s is pinned to node %s, which is dead: it stays there until the node returns or the pin is changed", inst.Name, node)
+		}
+		if !matches(inst, ns) {
+			p.warn(WarnSpecNodeIgnore, inst.Name, "stateful %s is pinned to node %s, which no longer matches its constraints; the pin wins", inst.Name, node)
+		}
+		p.put(inst, ns, ReasonPinned)
+		return true
+	}
+	// Step 3: an unpinned stateful instance stays with its volumes.
+	if inst.Stateful {
+		var holders []*nodeState
+		for _, v := range inst.Spec.Volumes {
+			for _, h := range p.holders[v.Name] {
+				if !slices.Contains(holders, h) {
+					holders = append(holders, h)
+				}
+			}
+		}
+		slices.SortFunc(holders, func(a, b *nodeState) int { return cmp.Compare(a.idx, b.idx) })
+		switch len(holders) {
+		case 0:
+		case 1:
+			if !holders[0].Alive {
+				p.warn(WarnPinnedDead, inst.Name, "stateful %s stays with its volumes on node %s, which is dead", inst.Name, holders[0].Name)
+			}
+			p.put(inst, holders[0], ReasonHeld)
+			return true
+		default:
+			names := make([]string, len(holders))
+			for i, h := range holders {
+				names[i] = h.Name
+			}
+			p.warn(WarnHeldTwice, inst.Name, "volumes of %s are held by several nodes (%s): resolve by hand, then pin it in keel.lock", inst.Name, strings.Join(names, ", "))
+			p.unschedulable(inst, "its volumes are held by several nodes (%s)", strings.Join(names, ", "))
+			return true
+		}
+	}
+	// Step 4: sticky to an alive node that reports it and still matches.
+	var best *sighting
+	var eligible int
+	for i, s := range p.sightings[inst.Name] {
+		ns := s.node
+		if !ns.Alive || !matches(inst, ns) || (!inst.Stateful && !ns.Schedulable) {
+			continue
+		}
+		eligible++
+		if best == nil || betterSighting(inst, s, *best) {
+			best = &p.sightings[inst.Name][i]
+		}
+	}
+	if best == nil {
+		return false
+	}
+	if eligible > 1 {
+		p.warn(WarnDuplicate, inst.Name, "%s is reported by %d alive nodes: %s keeps it, the others stop it", inst.Name, eligible, best.node.Name)
+	}
+	p.put(inst, best.node, ReasonSticky)
+	return true
+}
+
+// betterSighting prefers the node running the current spec, then the
+// higher rendezvous hash.
+func betterSighting(inst *render.Instance, a, b sighting) bool {
+	ca := a.inst.State == report.StateRunning && a.inst.SpecHash == inst.SpecHash
+	cb := b.inst.State == report.StateRunning && b.inst.SpecHash == inst.SpecHash
+	if ca != cb {
+		return ca
+	}
+	ih := hash64(inst.Name)
+	return rendezvous(ih, a.node.hash) > rendezvous(ih, b.node.hash)
+}
+
+// placeNew runs step 5 for one instance.
+func (p *planner) placeNew(inst *render.Instance) {
+	ih := hash64(inst.Name)
+	var best *nodeState
+	var bestCount int
+	var bestScore uint64
+	var alive, matching, open int
+	req := inst.Spec.Resources
+	for _, ns := range p.nodes {
+		if !ns.Alive {
+			continue
+		}
+		alive++
+		if !matches(inst, ns) {
+			continue
+		}
+		matching++
+		if !ns.Schedulable || ns.RefusedCommit {
+			continue
+		}
+		open++
+		if !ns.fits(req) {
+			continue
+		}
+		count := 0
+		if inst.Service != "" {
+			count = ns.services[inst.Service]
+		}
+		score := rendezvous(ih, ns.hash)
+		if best == nil || count < bestCount || (count == bestCount && score > bestScore) {
+			best, bestCount, bestScore = ns, count, score
+		}
+	}
+	switch {
+	case best != nil:
+		p.put(inst, best, ReasonNew)
+		if inst.Stateful {
+			p.warn(WarnUnpinned, inst.Name, "stateful %s is not pinned in keel.lock: run keel lock to pin it to %s", inst.Name, best.Name)
+		}
+	case alive == 0:
+		p.unschedulable(inst, "no node is alive")
+	case matching == 0:
+		p.unschedulable(inst, "no alive node matches %s", constraintText(inst))
+	case open == 0:
+		p.unschedulable(inst, "every alive node that matches is unschedulable or refused this commit")
+	default:
+		p.unschedulable(inst, "not enough capacity: it needs %s CPU and %s memory, and no eligible node has that much free", req.CPU, req.Memory)
+	}
+}
+
+func constraintText(inst *render.Instance) string {
+	var parts []string
+	if inst.Node != "" {
+		parts = append(parts, "node "+inst.Node)
+	}
+	for _, k := range slices.Sorted(mapsKeys(inst.NodeSelector)) {
+		parts = append(parts, k+"="+inst.NodeSelector[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// assignAddresses runs step 6.
+func (p *planner) assignAddresses() {
+	for i := range p.m.Instances {
+		inst := &p.m.Instances[i]
+		pl := p.placed[inst.Name]
+		if pl == nil {
+			continue
+		}
+		ns := p.byName[pl.Node]
+		if a := inst.Spec.Network.Address; a.IsValid() {
+			pl.Address = a.Addr
+			continue
+		}
+		// A sticky (or pinned, or held) instance keeps the address its node
+		// reports for it, unless another instance was given it already.
+		if ri := ns.reported[inst.Name]; ri != nil && ri.Address.Is4() && ns.PodCIDR.Contains(ri.Address) && !p.givenOut(ns, ri.Address) {
+			pl.Address = ri.Address
+			continue
+		}
+	}
+	// Then new addresses, in instance order, probing past every address
+	// explicit, reported or already given out.
+	for i := range p.m.Instances {
+		inst := &p.m.Instances[i]
+		pl := p.placed[inst.Name]
+		if pl == nil || pl.Address.IsValid() {
+			continue
+		}
+		ns := p.byName[pl.Node]
+		if !ns.PodCIDR.IsValid() {
+			continue
+		}
+		start := int(hash64(inst.Name) % maxPerNode)
+		for k := range maxPerNode {
+			host := 2 + (start+k)%maxPerNode
+			if !ns.used[host] {
+				ns.used[host] = true
+				b := ns.PodCIDR.Addr().As4()
+				b[3] = byte(host)
+				pl.Address = netip.AddrFrom4(b)
+				break
+			}
+		}
+	}
+}
+
+// givenOut reserves a for one instance on ns and reports whether it was
+// already given to another in this plan.
+func (p *planner) givenOut(ns *nodeState, a netip.Addr) bool {
+	// Reported addresses are pre-marked as used; track hand-outs of them
+	// separately so that two instances cannot keep the same one.
+	key := ns.Name + "/" + a.String()
+	if p.kept == nil {
+		p.kept = map[string]bool{}
+	}
+	if p.kept[key] {
+		return true
+	}
+	p.kept[key] = true
+	ns.used[a.As4()[3]] = true
+	return false
+}
+
+// pace runs step 8: which outdated instances may be updated now.
+func (p *planner) pace() {
+	for i := range p.m.Instances {
+		inst := &p.m.Instances[i]
+		pl := p.placed[inst.Name]
+		if pl == nil {
+			continue
+		}
+		if ri := p.byName[pl.Node].reported[inst.Name]; ri != nil {
+			switch c := render.ClassifyHashChange(ri.SpecHash, inst.SpecHash); c {
+			case render.ChangeReplace, render.ChangeRestart:
+				pl.Outdated = c
+			}
+		}
+		if inst.Service == "" && pl.Outdated != "" {
+			pl.Released = true // a Jail has no siblings to pace against
+		}
+	}
+	for _, svc := range p.m.Services {
+		var outdatedRunning []*Placement
+		var unavailable []string
+		for _, name := range svc.Instances {
+			pl := p.placed[name]
+			if pl == nil {
+				continue
+			}
+			ri := p.byName[pl.Node].reported[name]
+			running := ri != nil && ri.State == report.StateRunning
+			switch {
+			case pl.Outdated != "" && !running:
+				pl.Released = true // not serving anyway: update at once
+				unavailable = append(unavailable, name)
+			case pl.Outdated != "":
+				outdatedRunning = append(outdatedRunning, pl)
+			case !running:
+				unavailable = append(unavailable, name)
+			}
+		}
+		if len(outdatedRunning) == 0 {
+			continue
+		}
+		if len(unavailable) > 0 {
+			p.warn(WarnRolloutPaused, svc.Name, "rollout of %s waits: %s not running at the new spec yet (%d outdated replicas left)",
+				svc.Name, strings.Join(unavailable, ", "), len(outdatedRunning))
+			continue
+		}
+		outdatedRunning[0].Released = true // Service.Instances is in index order
+	}
+}
+
+// endpoints runs step 7.
+func (p *planner) endpoints() {
+	for _, svc := range p.m.Services {
+		s := Service{Name: svc.Name, VIP: svc.VIP.Addr, Port: svc.Port, Endpoints: []Endpoint{}}
+		seen := map[netip.Addr]bool{}
+		for _, name := range svc.Instances {
+			for _, sg := range p.sightings[name] {
+				ri := sg.inst
+				if !sg.node.Alive || ri.State != report.StateRunning || !ri.Address.Is4() || seen[ri.Address] {
+					continue
+				}
+				seen[ri.Address] = true
+				s.Endpoints = append(s.Endpoints, Endpoint{Instance: name, Node: sg.node.Name, Address: ri.Address})
+			}
+		}
+		p.plan.Services = append(p.plan.Services, s)
+	}
+}
+
+// ingresses runs step 9.
+func (p *planner) ingresses() {
+	var labelled, alive []*nodeState
+	for _, ns := range p.nodes {
+		if !ns.Alive {
+			continue
+		}
+		alive = append(alive, ns)
+		if ns.labels[IngressLabel] == "true" {
+			labelled = append(labelled, ns)
+		}
+	}
+	candidates := labelled
+	if len(candidates) == 0 {
+		candidates = alive
+	}
+	for _, in := range p.m.Ingresses {
+		out := Ingress{Name: in.Name, Host: in.Host, Path: in.Path, Service: in.Backend.Service}
+		ih := hash64(in.Name)
+		var best *nodeState
+		for _, ns := range candidates {
+			if ns.report == nil || !slices.ContainsFunc(ns.report.Certificates, func(c report.Certificate) bool { return c.Host == in.Host }) {
+				continue
+			}
+			if best == nil || rendezvous(ih, ns.hash) > rendezvous(ih, best.hash) {
+				best = ns
+			}
+		}
+		out.Reason = "holds the certificate"
+		if best == nil {
+			out.Reason = "highest rendezvous hash"
+			for _, ns := range candidates {
+				if best == nil || rendezvous(ih, ns.hash) > rendezvous(ih, best.hash) {
+					best = ns
+				}
+			}
+		}
+		if best == nil {
+			out.Reason = "no alive node"
+			p.warn(WarnIngressNoNode, in.Name, "Ingress %s (%s) has no alive node to serve it", in.Name, in.Host)
+		} else {
+			out.Owner = best.Name
+			if len(labelled) == 0 {
+				out.Reason += fmt.Sprintf("; no alive node is labelled %s=true", IngressLabel)
+			}
+		}
+		p.plan.Ingresses = append(p.plan.Ingresses, out)
+	}
+}
+
+// finish fills the per-node results, sorts everything and computes the ID.
+func (p *planner) finish() {
+	for _, ns := range p.nodes {
+		ns.Routes = []Route{}
+		for _, other := range p.nodes {
+			if other != ns && other.Alive && other.PodCIDR.IsValid() && other.Address.IsValid() {
+				ns.Routes = append(ns.Routes, Route{Node: other.Name, Dest: other.PodCIDR, Via: other.Address})
+			}
+		}
+		p.plan.Nodes = append(p.plan.Nodes, ns.Node)
+	}
+	p.plan.Placements = make([]Placement, 0, len(p.placed))
+	for i := range p.m.Instances {
+		if pl := p.placed[p.m.Instances[i].Name]; pl != nil {
+			p.plan.Placements = append(p.plan.Placements, *pl)
+		}
+	}
+	slices.SortFunc(p.plan.Unschedulable, func(a, b Unschedulable) int { return strings.Compare(a.Instance, b.Instance) })
+	if p.plan.Unschedulable == nil {
+		p.plan.Unschedulable = []Unschedulable{}
+	}
+	slices.SortFunc(p.warnings, func(a, b Warning) int {
+		return cmp.Or(strings.Compare(a.Code, b.Code), strings.Compare(a.Subject, b.Subject), strings.Compare(a.Message, b.Message))
+	})
+	p.plan.Warnings = slices.Compact(p.warnings)
+	if p.plan.Warnings == nil {
+		p.plan.Warnings = []Warning{}
+	}
+	p.plan.PlanID = planID(p.plan)
+}
+
+// planID hashes the outputs that agents must agree on.
+func planID(plan *Plan) string {
+	type placed struct{ I, N, A string }
+	id := struct {
+		Commit     string
+		Alive      []string
+		Placements []placed
+		Released   []string
+		Ingress    [][2]string
+	}{Commit: plan.Commit}
+	for _, n := range plan.Nodes {
+		if n.Alive {
+			id.Alive = append(id.Alive, n.Name)
+		}
+	}
+	for _, pl := range plan.Placements {
+		id.Placements = append(id.Placements, placed{pl.Instance, pl.Node, pl.Address.String()})
+		if pl.Released {
+			id.Released = append(id.Released, pl.Instance)
+		}
+	}
+	for _, in := range plan.Ingresses {
+		id.Ingress = append(id.Ingress, [2]string{in.Name, in.Owner})
+	}
+	b, _ := json.Marshal(id)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// hash64 is FNV-1a (64 bits) of s.
+func hash64(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// rendezvous scores the pair (instance, node): the highest score wins. It
+// mixes the two precomputed name hashes with splitmix64's finaliser, so that
+// scoring a pair costs a few instructions.
+func rendezvous(instance, node uint64) uint64 {
+	z := instance ^ (node * 0x9e3779b97f4a7c15)
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func short(commit string) string {
+	if len(commit) > 12 {
+		return commit[:12]
+	}
+	return commit
+}
+
+func mapsKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}

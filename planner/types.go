@@ -1,0 +1,152 @@
+package planner
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+)
+
+// Input is everything a plan depends on.
+type Input struct {
+	Model *render.Model
+	// Commit is the spec commit being planned (hex), used to tell which
+	// nodes refused it; empty for a working tree.
+	Commit string
+	// Reports are the nodes' reports, in any order. Reports of nodes not in
+	// the inventory, and all but the newest of one node, are ignored.
+	Reports []report.Report
+	// Now is the reader's clock; it is only used to ignore reports dated
+	// more than an hour ahead of it.
+	Now time.Time
+	// AssumeAlive plans, when there is no report at all, as if every node
+	// of the inventory were alive with its declared capacity (keel plan in
+	// a repository whose agents have not reported yet).
+	AssumeAlive bool
+}
+
+// Reasons an instance is where it is.
+const (
+	ReasonPinned = "pinned" // keel.lock pins the stateful instance here
+	ReasonHeld   = "held"   // this node's report lists its volumes
+	ReasonSticky = "sticky" // this alive node already runs it
+	ReasonNew    = "new"    // placed by rendezvous hashing
+)
+
+// Plan is the planner's answer. Slices are sorted by name.
+type Plan struct {
+	Commit string `json:"commit"`
+	// PlanID is a hash of the outputs (commit, alive set, placements,
+	// ingress owners): two nodes with the same PlanID act on the same plan.
+	PlanID string `json:"planID"`
+	// ClusterTime is the newest report time, from which liveness is judged.
+	ClusterTime   time.Time       `json:"clusterTime"`
+	AssumedAlive  bool            `json:"assumedAlive"`
+	Nodes         []Node          `json:"nodes"`
+	Placements    []Placement     `json:"placements"`
+	Unschedulable []Unschedulable `json:"unschedulable"`
+	Services      []Service       `json:"services"`
+	Ingresses     []Ingress       `json:"ingresses"`
+	Warnings      []Warning       `json:"warnings"`
+}
+
+// Node is a node of the inventory as the plan sees it.
+type Node struct {
+	Name        string       `json:"name"`
+	Alive       bool         `json:"alive"`
+	Schedulable bool         `json:"schedulable"`
+	Address     netip.Addr   `json:"address"`
+	PodCIDR     netip.Prefix `json:"podCIDR"`
+	// ReportTime is the time of the node's report; zero without one.
+	ReportTime time.Time `json:"reportTime,omitzero"`
+	// RefusedCommit is true when the node refused the planned commit.
+	RefusedCommit bool `json:"refusedCommit"`
+	// Capacity is the node's declared or reported capacity; Unlimited when
+	// neither is known.
+	Capacity  render.Resources `json:"capacity"`
+	Unlimited bool             `json:"unlimited,omitempty"`
+	// Committed is the sum of the resources of the instances placed on it.
+	Committed render.Resources `json:"committed"`
+	// Routes are the other alive nodes' subnets, each via its address.
+	Routes []Route `json:"routes"`
+}
+
+// Route sends a node subnet to the node that holds it.
+type Route struct {
+	Node string       `json:"node"`
+	Dest netip.Prefix `json:"dest"`
+	Via  netip.Addr   `json:"via"`
+}
+
+// Placement puts an instance on a node at an address.
+type Placement struct {
+	Instance string     `json:"instance"`
+	Service  string     `json:"service,omitempty"`
+	Node     string     `json:"node"`
+	Address  netip.Addr `json:"address"`
+	Reason   string     `json:"reason"`
+	// Outdated is the class of change (replace or restart) between what the
+	// node reports running and the rendered spec; empty when up to date.
+	Outdated render.ChangeClass `json:"outdated,omitempty"`
+	// Released is true when the rollout lets the node apply that change now.
+	Released bool `json:"released,omitempty"`
+}
+
+// Unschedulable is an instance that cannot be placed, with the reason.
+type Unschedulable struct {
+	Instance string `json:"instance"`
+	Service  string `json:"service,omitempty"`
+	Reason   string `json:"reason"`
+}
+
+// Service is a Service's proxy configuration, the same on every node.
+type Service struct {
+	Name      string     `json:"name"`
+	VIP       netip.Addr `json:"vip"`
+	Port      int        `json:"port"`
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// Endpoint is a replica that may receive connections.
+type Endpoint struct {
+	Instance string     `json:"instance"`
+	Node     string     `json:"node"`
+	Address  netip.Addr `json:"address"`
+}
+
+// Ingress is an Ingress with the node that serves it.
+type Ingress struct {
+	Name    string `json:"name"`
+	Host    string `json:"host"`
+	Path    string `json:"path"`
+	Service string `json:"service"`
+	// Owner serves the Ingress and obtains its certificate; empty when no
+	// node is alive.
+	Owner  string `json:"owner"`
+	Reason string `json:"reason"`
+}
+
+// Warning is something an operator should know about the plan.
+type Warning struct {
+	Code    string `json:"code"`
+	Subject string `json:"subject,omitempty"`
+	Message string `json:"message"`
+}
+
+// Warning codes.
+const (
+	WarnNoReports      = "no-reports"
+	WarnReportIgnored  = "report-ignored"
+	WarnNodeDead       = "node-dead"
+	WarnRefused        = "refused"
+	WarnPinnedDead     = "pinned-to-dead-node"
+	WarnUnpinned       = "stateful-not-pinned"
+	WarnUnschedulable  = "unschedulable"
+	WarnOverCapacity   = "over-capacity"
+	WarnDuplicate      = "duplicate-instance"
+	WarnHeldTwice      = "volumes-held-twice"
+	WarnIngressNoNode  = "ingress-without-node"
+	WarnRolloutPaused  = "rollout-paused"
+	WarnSpecNodeIgnore = "pin-overrides-constraints"
+)

@@ -1,0 +1,245 @@
+// Package report defines the node status report: the file report.yaml that
+// each agent publishes on its own ref (refs/keel/reports/<node>), and that
+// every agent, keel plan and keel status read to learn what runs where. The
+// format is a public interface, documented in docs/reports.md.
+//
+// The package only parses, checks and writes reports; fetching and pushing
+// them is sync's job. It must stay pure (no I/O, no clock).
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/keel-dev/keel/render"
+)
+
+// Kind is the kind of a report document.
+const Kind = "Report"
+
+// FileName is the name of the report file in the report commit.
+const FileName = "report.yaml"
+
+// State is what an instance is doing on its node.
+type State string
+
+const (
+	StateStarting  State = "starting"  // created, its command not yet up
+	StateRunning   State = "running"   // its command is up
+	StateCrashLoop State = "crashloop" // exited and waiting to be restarted
+	StateFailed    State = "failed"    // exited and will not be restarted
+	StateStopped   State = "stopped"   // stopped on purpose
+)
+
+// States lists every valid state.
+var States = []State{StateStarting, StateRunning, StateCrashLoop, StateFailed, StateStopped}
+
+// Report is one node's status.
+type Report struct {
+	APIVersion   string        `yaml:"apiVersion" json:"apiVersion"`
+	Kind         string        `yaml:"kind" json:"kind"`
+	Node         string        `yaml:"node" json:"node"`
+	Time         time.Time     `yaml:"time" json:"time"`
+	AgentVersion string        `yaml:"agentVersion" json:"agentVersion"`
+	Commit       string        `yaml:"commit" json:"commit"`
+	PlanID       string        `yaml:"planID" json:"planID"`
+	Refused      *Refusal      `yaml:"refused,omitempty" json:"refused,omitempty"`
+	Capacity     Capacity      `yaml:"capacity" json:"capacity"`
+	Instances    []Instance    `yaml:"instances" json:"instances"`
+	Volumes      []Volume      `yaml:"volumes" json:"volumes"`
+	Services     []Service     `yaml:"services,omitempty" json:"services,omitempty"`
+	Certificates []Certificate `yaml:"certificates" json:"certificates"`
+}
+
+// Refusal says that the node did not apply the newest commit, and why.
+type Refusal struct {
+	Commit string `yaml:"commit" json:"commit"`
+	Reason string `yaml:"reason" json:"reason"`
+}
+
+// Capacity is what the node can give to instances.
+type Capacity struct {
+	CPU    render.CPU   `yaml:"cpu" json:"cpu"`
+	Memory render.Bytes `yaml:"memory" json:"memory"`
+}
+
+// Instance is one instance the node holds, in any state.
+type Instance struct {
+	Name     string     `yaml:"name" json:"name"`
+	State    State      `yaml:"state" json:"state"`
+	Address  netip.Addr `yaml:"address" json:"address"`
+	SpecHash string     `yaml:"specHash" json:"specHash"`
+	Restarts int        `yaml:"restarts" json:"restarts"`
+	Error    string     `yaml:"error" json:"error"`
+}
+
+// Volume is a volume the node holds (whether mounted or not).
+type Volume struct {
+	Name string `yaml:"name" json:"name"`
+}
+
+// Service is a Service proxy the node runs, with the endpoints it uses.
+type Service struct {
+	Name      string   `yaml:"name" json:"name"`
+	VIP       string   `yaml:"vip" json:"vip"`
+	Endpoints []string `yaml:"endpoints" json:"endpoints"`
+}
+
+// Certificate is a certificate the node holds for an Ingress host.
+type Certificate struct {
+	Host    string    `yaml:"host" json:"host"`
+	Expires time.Time `yaml:"expires" json:"expires"`
+	Error   string    `yaml:"error" json:"error"`
+}
+
+// raw mirrors Report with the typed scalars as text, so that a report
+// written by hand or by another version is read with clear errors. Unknown
+// fields are ignored: newer agents may add some.
+type raw struct {
+	APIVersion   string    `yaml:"apiVersion"`
+	Kind         string    `yaml:"kind"`
+	Node         string    `yaml:"node"`
+	Time         time.Time `yaml:"time"`
+	AgentVersion string    `yaml:"agentVersion"`
+	Commit       string    `yaml:"commit"`
+	PlanID       string    `yaml:"planID"`
+	Refused      *Refusal  `yaml:"refused"`
+	Capacity     struct {
+		CPU    string `yaml:"cpu"`
+		Memory string `yaml:"memory"`
+	} `yaml:"capacity"`
+	Instances []struct {
+		Name     string `yaml:"name"`
+		State    string `yaml:"state"`
+		Address  string `yaml:"address"`
+		SpecHash string `yaml:"specHash"`
+		Restarts int    `yaml:"restarts"`
+		Error    string `yaml:"error"`
+	} `yaml:"instances"`
+	Volumes      []Volume      `yaml:"volumes"`
+	Services     []Service     `yaml:"services"`
+	Certificates []Certificate `yaml:"certificates"`
+}
+
+var (
+	name    = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	hexRe   = regexp.MustCompile(`^[0-9a-f]*$`)
+	maxSize = 4 << 20 // a report larger than this is refused unread
+)
+
+// Parse reads a report published on the ref of node refNode. It fails when
+// the report does not parse, has a wrong type, or speaks for another node.
+func Parse(data []byte, refNode string) (Report, error) {
+	r, err := ParseFile(data)
+	if err != nil {
+		return Report{}, err
+	}
+	if r.Node != refNode {
+		return Report{}, fmt.Errorf("report names node %q but is published for node %q", r.Node, refNode)
+	}
+	return r, nil
+}
+
+// ParseFile reads a report that is not bound to a ref (a file given to keel
+// plan --reports): the node is the one it names.
+func ParseFile(data []byte) (Report, error) {
+	if len(data) > maxSize {
+		return Report{}, fmt.Errorf("report is %d bytes, more than the %d allowed", len(data), maxSize)
+	}
+	var r raw
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&r); err != nil {
+		return Report{}, fmt.Errorf("report does not parse: %w", err)
+	}
+	if r.APIVersion != render.APIVersion || r.Kind != Kind {
+		return Report{}, fmt.Errorf("not a report (want apiVersion %s, kind %s)", render.APIVersion, Kind)
+	}
+	if !name.MatchString(r.Node) || len(r.Node) > render.MaxNameLength {
+		return Report{}, fmt.Errorf("node: %q is not a valid node name", r.Node)
+	}
+	if r.Time.IsZero() {
+		return Report{}, fmt.Errorf("report has no time")
+	}
+	out := Report{
+		APIVersion: r.APIVersion, Kind: r.Kind, Node: r.Node, Time: r.Time.UTC(),
+		AgentVersion: r.AgentVersion, Commit: r.Commit, PlanID: r.PlanID, Refused: r.Refused,
+		Volumes: r.Volumes, Services: r.Services, Certificates: r.Certificates,
+	}
+	if !hexRe.MatchString(r.Commit) || !hexRe.MatchString(r.PlanID) {
+		return Report{}, fmt.Errorf("commit and planID must be hexadecimal")
+	}
+	if r.Capacity.CPU != "" {
+		if err := out.Capacity.CPU.UnmarshalText([]byte(r.Capacity.CPU)); err != nil {
+			return Report{}, fmt.Errorf("capacity.cpu: %w", err)
+		}
+	}
+	if r.Capacity.Memory != "" {
+		if err := out.Capacity.Memory.UnmarshalText([]byte(r.Capacity.Memory)); err != nil {
+			return Report{}, fmt.Errorf("capacity.memory: %w", err)
+		}
+	}
+	for i, in := range r.Instances {
+		if !name.MatchString(in.Name) || len(in.Name) > render.MaxNameLength {
+			return Report{}, fmt.Errorf("instances[%d].name: %q is not a valid name", i, in.Name)
+		}
+		st := State(in.State)
+		if !slices.Contains(States, st) {
+			return Report{}, fmt.Errorf("instances[%d].state: %q is not a state", i, in.State)
+		}
+		inst := Instance{Name: in.Name, State: st, SpecHash: in.SpecHash, Restarts: in.Restarts, Error: in.Error}
+		if in.Address != "" {
+			a, err := netip.ParseAddr(in.Address)
+			if err != nil || !a.Is4() {
+				return Report{}, fmt.Errorf("instances[%d].address: %q is not an IPv4 address", i, in.Address)
+			}
+			inst.Address = a
+		}
+		out.Instances = append(out.Instances, inst)
+	}
+	for i, v := range out.Volumes {
+		if !name.MatchString(v.Name) {
+			return Report{}, fmt.Errorf("volumes[%d].name: %q is not a valid name", i, v.Name)
+		}
+	}
+	return out, nil
+}
+
+// Marshal writes the report in its canonical form: instances, volumes,
+// services and certificates sorted, so that equal content gives equal bytes.
+func (r Report) Marshal() []byte {
+	r.APIVersion, r.Kind = render.APIVersion, Kind
+	r.Time = r.Time.UTC()
+	r.Instances = slices.Clone(r.Instances)
+	slices.SortFunc(r.Instances, func(a, b Instance) int { return strings.Compare(a.Name, b.Name) })
+	r.Volumes = slices.Clone(r.Volumes)
+	slices.SortFunc(r.Volumes, func(a, b Volume) int { return strings.Compare(a.Name, b.Name) })
+	r.Services = slices.Clone(r.Services)
+	slices.SortFunc(r.Services, func(a, b Service) int { return strings.Compare(a.Name, b.Name) })
+	r.Certificates = slices.Clone(r.Certificates)
+	slices.SortFunc(r.Certificates, func(a, b Certificate) int { return strings.Compare(a.Host, b.Host) })
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(r); err != nil {
+		panic(err) // plain data: cannot fail
+	}
+	_ = enc.Close()
+	return b.Bytes()
+}
+
+// Instance returns the report's entry for the named instance, or nil.
+func (r *Report) Instance(name string) *Instance {
+	for i := range r.Instances {
+		if r.Instances[i].Name == name {
+			return &r.Instances[i]
+		}
+	}
+	return nil
+}
