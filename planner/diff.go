@@ -77,7 +77,7 @@ func Diff(baseModel *render.Model, base *Plan, headModel *render.Model, head *Pl
 		}
 		bp, hasBase := basePl[inst.Name]
 		if hasBase && hasHead && bp.Node != hp.Node {
-			out = append(out, Change{Instance: inst.Name, Service: inst.Service, Action: ActionMove, Node: hp.Node, From: bp.Node, Reason: moveReason(old, &inst)})
+			out = append(out, Change{Instance: inst.Name, Service: inst.Service, Action: ActionMove, Node: hp.Node, From: bp.Node, Reason: moveReason(baseModel, headModel, old, &inst, bp.Node)})
 		} else if !hasBase && hasHead {
 			out = append(out, Change{Instance: inst.Name, Service: inst.Service, Action: ActionCreate, Node: node, Reason: "it can be placed now"})
 		}
@@ -124,12 +124,19 @@ func newReason(base *render.Model, inst *render.Instance) string {
 	return "new Jail"
 }
 
-func moveReason(old, cur *render.Instance) string {
+func moveReason(baseModel, headModel *render.Model, old, cur *render.Instance, from string) string {
+	oldNode, newNode := baseModel.Node(from), headModel.Node(from)
 	switch {
+	case newNode == nil:
+		return fmt.Sprintf("node %s left the inventory", from)
+	case oldNode != nil && oldNode.Schedulable && !newNode.Schedulable && !cur.Stateful:
+		return fmt.Sprintf("node %s is drained (schedulable: false)", from)
 	case old.Node != cur.Node:
 		return fmt.Sprintf("spec.node changed (%q → %q)", old.Node, cur.Node)
 	case !maps.Equal(old.NodeSelector, cur.NodeSelector):
 		return "spec.nodeSelector changed"
+	case oldNode != nil && !maps.Equal(oldNode.Labels, newNode.Labels):
+		return fmt.Sprintf("node %s's labels changed", from)
 	case old.Spec.Resources != cur.Spec.Resources:
 		return "resources changed and no longer fit"
 	default:
@@ -183,16 +190,19 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 		}
 		switch {
 		case ri == nil:
+			// The node it runs on now: an alive one first, else a dead one.
 			from := ""
 			for _, n := range slices.Sorted(maps.Keys(byNode)) {
-				if n != pl.Node && alive[n] && byNode[n].Instance(pl.Instance) != nil {
+				if n != pl.Node && byNode[n].Instance(pl.Instance) != nil && (from == "" || alive[n] && !alive[from]) {
 					from = n
-					break
 				}
 			}
 			if from != "" {
 				reason := "stopped on " + from + " once it runs on " + pl.Node
-				if inst != nil && inst.Stateful {
+				switch {
+				case !alive[from]:
+					reason = "node " + from + " is dead"
+				case inst != nil && inst.Stateful:
 					reason = "started on " + pl.Node + " once " + from + " reports it stopped"
 				}
 				out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: ActionMove, Node: pl.Node, From: from, Reason: reason})
