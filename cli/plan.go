@@ -147,4 +147,3 @@ func lockWarnings(m *render.Model, plan *planner.Plan) []planner.Warning {
 	}
 	return out
 }
-
