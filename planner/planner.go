@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -29,24 +30,26 @@ const IngressLabel = "keel.dev/ingress"
 // nodeState is the planner's working view of one node.
 type nodeState struct {
 	Node
-	idx      int
-	labels   map[string]string
-	hash     uint64
-	report   *report.Report
-	count    int            // instances placed
-	used     [256]bool      // addresses reserved or given out in its /24
-	services map[string]int // replicas placed, by Service
-	reported map[string]*report.Instance
+	idx    int
+	labels map[string]string
+	hash   uint64
+	report *report.Report
+	count  int       // instances placed
+	used   [256]bool // addresses reserved or given out in its /24
+	given  [256]bool // addresses handed out in this plan
 }
 
-func (n *nodeState) fits(req render.Resources) bool {
-	if n.count >= maxPerNode {
-		return false
-	}
-	if n.Unlimited {
-		return true
-	}
-	return n.Committed.CPU+req.CPU <= n.Capacity.CPU && n.Committed.Memory+req.Memory <= n.Capacity.Memory
+// room is what a node has left for new placements, kept apart from
+// nodeState in one compact slice so that scanning every node for every new
+// instance stays in the CPU cache.
+type room struct {
+	cpu, mem int64 // free; math.MaxInt64 when the capacity is unknown
+	slots    int32 // addresses left in the node's /24
+	hash     uint64
+}
+
+func (r *room) fits(req render.Resources) bool {
+	return r.slots > 0 && int64(req.CPU) <= r.cpu && int64(req.Memory) <= r.mem
 }
 
 // sighting is one alive-or-dead node's report of an instance.
@@ -61,10 +64,14 @@ type planner struct {
 	plan      *Plan
 	nodes     []*nodeState
 	byName    map[string]*nodeState
-	sightings map[string][]sighting   // instance → nodes that report it
+	index     map[string]int32        // instance name → index in m.Instances
+	sightings [][]sighting            // by instance index: the nodes that report it
 	holders   map[string][]*nodeState // volume → nodes that report holding it
-	placed    map[string]*Placement   // instance → placement
-	kept      map[string]bool         // node/address of reported addresses kept
+	placed    []*Placement            // by instance index
+	on        []*nodeState            // by instance index: the node it is placed on
+	counts    map[string][]int32      // Service → replicas placed per node index
+	cands     map[string][]int32      // Service or Jail → candidate node indexes
+	room      []room                  // by node index
 	warnings  []Warning
 }
 
@@ -80,9 +87,13 @@ func Compute(in Input) *Plan {
 		m:         in.Model,
 		plan:      &Plan{Commit: in.Commit},
 		byName:    map[string]*nodeState{},
-		sightings: map[string][]sighting{},
+		index:     make(map[string]int32, len(in.Model.Instances)),
+		sightings: make([][]sighting, len(in.Model.Instances)),
 		holders:   map[string][]*nodeState{},
-		placed:    map[string]*Placement{},
+		placed:    make([]*Placement, len(in.Model.Instances)),
+		on:        make([]*nodeState, len(in.Model.Instances)),
+		counts:    map[string][]int32{},
+		cands:     map[string][]int32{},
 	}
 	p.readNodes()
 	p.place()
@@ -96,13 +107,15 @@ func Compute(in Input) *Plan {
 
 // readNodes builds the node views and judges liveness.
 func (p *planner) readNodes() {
+	for i := range p.m.Instances {
+		p.index[p.m.Instances[i].Name] = int32(i)
+	}
 	for i, n := range p.m.Nodes {
 		ns := &nodeState{
 			Node: Node{
 				Name: n.Name, Schedulable: n.Schedulable, Address: n.Address.Addr, PodCIDR: n.PodCIDR.Prefix,
 			},
-			idx: i, labels: n.Labels, hash: hash64(n.Name), services: map[string]int{},
-			reported: map[string]*report.Instance{},
+			idx: i, labels: n.Labels, hash: hash64(n.Name),
 		}
 		p.nodes = append(p.nodes, ns)
 		p.byName[n.Name] = ns
@@ -161,8 +174,9 @@ func (p *planner) readNodes() {
 			}
 			for j := range r.Instances {
 				ri := &r.Instances[j]
-				ns.reported[ri.Name] = ri
-				p.sightings[ri.Name] = append(p.sightings[ri.Name], sighting{ns, ri})
+				if k, ok := p.index[ri.Name]; ok {
+					p.sightings[k] = append(p.sightings[k], sighting{ns, ri})
+				}
 				if a := ri.Address; a.Is4() && ns.PodCIDR.Contains(a) {
 					ns.used[a.As4()[3]] = true
 				}
@@ -184,6 +198,13 @@ func (p *planner) readNodes() {
 			}
 		default:
 			ns.Unlimited = true
+		}
+	}
+	p.room = make([]room, len(p.nodes))
+	for i, ns := range p.nodes {
+		p.room[i] = room{cpu: math.MaxInt64, mem: math.MaxInt64, slots: maxPerNode, hash: ns.hash}
+		if !ns.Unlimited {
+			p.room[i].cpu, p.room[i].mem = int64(ns.Capacity.CPU), int64(ns.Capacity.Memory)
 		}
 	}
 	for _, s := range p.sightings {
@@ -225,13 +246,52 @@ func matches(inst *render.Instance, n *nodeState) bool {
 
 func (p *planner) put(inst *render.Instance, ns *nodeState, reason string) {
 	pl := &Placement{Instance: inst.Name, Service: inst.Service, Node: ns.Name, Reason: reason}
-	p.placed[inst.Name] = pl
+	k := p.index[inst.Name]
+	p.placed[k] = pl
+	p.on[k] = ns
 	ns.count++
 	ns.Committed.CPU += inst.Spec.Resources.CPU
 	ns.Committed.Memory += inst.Spec.Resources.Memory
+	r := &p.room[ns.idx]
+	r.slots--
+	r.cpu -= int64(inst.Spec.Resources.CPU)
+	r.mem -= int64(inst.Spec.Resources.Memory)
 	if inst.Service != "" {
-		ns.services[inst.Service]++
+		p.serviceCounts(inst.Service)[ns.idx]++
 	}
+}
+
+// serviceCounts returns, per node index, how many replicas of the Service
+// are placed there so far.
+func (p *planner) serviceCounts(service string) []int32 {
+	c, ok := p.counts[service]
+	if !ok {
+		c = make([]int32, len(p.nodes))
+		p.counts[service] = c
+	}
+	return c
+}
+
+// candidates returns the nodes that may take a new placement of inst,
+// whatever their free capacity: alive, schedulable, matching its
+// constraints, and not refusing the commit. Replicas of a Service share
+// their constraints, so the list is computed once per Service.
+func (p *planner) candidates(inst *render.Instance) []int32 {
+	key := "jail/" + inst.Name
+	if inst.Service != "" {
+		key = "service/" + inst.Service
+	}
+	if c, ok := p.cands[key]; ok {
+		return c
+	}
+	c := []int32{}
+	for _, ns := range p.nodes {
+		if ns.Alive && ns.Schedulable && !ns.RefusedCommit && matches(inst, ns) {
+			c = append(c, int32(ns.idx))
+		}
+	}
+	p.cands[key] = c
+	return c
 }
 
 func (p *planner) unschedulable(inst *render.Instance, format string, args ...any) {
@@ -318,14 +378,15 @@ func (p *planner) placeExisting(inst *render.Instance) bool {
 	// Step 4: sticky to an alive node that reports it and still matches.
 	var best *sighting
 	var eligible int
-	for i, s := range p.sightings[inst.Name] {
+	k := p.index[inst.Name]
+	for i, s := range p.sightings[k] {
 		ns := s.node
 		if !ns.Alive || !matches(inst, ns) || (!inst.Stateful && !ns.Schedulable) {
 			continue
 		}
 		eligible++
 		if best == nil || betterSighting(inst, s, *best) {
-			best = &p.sightings[inst.Name][i]
+			best = &p.sightings[k][i]
 		}
 	}
 	if best == nil {
@@ -350,53 +411,66 @@ func betterSighting(inst *render.Instance, a, b sighting) bool {
 	return rendezvous(ih, a.node.hash) > rendezvous(ih, b.node.hash)
 }
 
-// placeNew runs step 5 for one instance.
+// placeNew runs step 5 for one instance: among the candidate nodes with
+// room, the one with the fewest replicas of the same Service, then the
+// highest rendezvous hash.
 func (p *planner) placeNew(inst *render.Instance) {
 	ih := hash64(inst.Name)
-	var best *nodeState
-	var bestCount int
-	var bestScore uint64
-	var alive, matching, open int
 	req := inst.Spec.Resources
-	for _, ns := range p.nodes {
-		if !ns.Alive {
+	var counts []int32
+	if inst.Service != "" {
+		counts = p.serviceCounts(inst.Service)
+	}
+	bestIdx := int32(-1)
+	var bestCount int32
+	var bestScore uint64
+	for _, i := range p.candidates(inst) {
+		r := &p.room[i]
+		if !r.fits(req) {
 			continue
 		}
-		alive++
-		if !matches(inst, ns) {
+		var count int32
+		if counts != nil {
+			count = counts[i]
+		}
+		if bestIdx >= 0 && count > bestCount {
 			continue
 		}
-		matching++
-		if !ns.Schedulable || ns.RefusedCommit {
-			continue
-		}
-		open++
-		if !ns.fits(req) {
-			continue
-		}
-		count := 0
-		if inst.Service != "" {
-			count = ns.services[inst.Service]
-		}
-		score := rendezvous(ih, ns.hash)
-		if best == nil || count < bestCount || (count == bestCount && score > bestScore) {
-			best, bestCount, bestScore = ns, count, score
+		score := rendezvous(ih, r.hash)
+		if bestIdx < 0 || count < bestCount || score > bestScore {
+			bestIdx, bestCount, bestScore = i, count, score
 		}
 	}
-	switch {
-	case best != nil:
+	var best *nodeState
+	if bestIdx >= 0 {
+		best = p.nodes[bestIdx]
+	}
+	if best != nil {
 		p.put(inst, best, ReasonNew)
 		if inst.Stateful {
 			p.warn(WarnUnpinned, inst.Name, "stateful %s is not pinned in keel.lock: run keel lock to pin it to %s", inst.Name, best.Name)
 		}
+		return
+	}
+	// Nothing fits: say why, from the most to the least fundamental reason.
+	var alive, matching int
+	for _, ns := range p.nodes {
+		if ns.Alive {
+			alive++
+			if matches(inst, ns) {
+				matching++
+			}
+		}
+	}
+	switch {
 	case alive == 0:
 		p.unschedulable(inst, "no node is alive")
 	case matching == 0:
 		p.unschedulable(inst, "no alive node matches %s", constraintText(inst))
-	case open == 0:
+	case len(p.candidates(inst)) == 0:
 		p.unschedulable(inst, "every alive node that matches is unschedulable or refused this commit")
 	default:
-		p.unschedulable(inst, "not enough capacity: it needs %s CPU and %s memory, and no eligible node has that much free", req.CPU, req.Memory)
+		p.unschedulable(inst, "not enough capacity: it needs %s CPU and %s memory, and no eligible node has that much free (or room for another address)", req.CPU, req.Memory)
 	}
 }
 
@@ -413,20 +487,27 @@ func constraintText(inst *render.Instance) string {
 
 // assignAddresses runs step 6.
 func (p *planner) assignAddresses() {
+	// Explicit addresses first: the spec wins over an address a node
+	// reports for another instance.
 	for i := range p.m.Instances {
 		inst := &p.m.Instances[i]
-		pl := p.placed[inst.Name]
-		if pl == nil {
-			continue
-		}
-		ns := p.byName[pl.Node]
-		if a := inst.Spec.Network.Address; a.IsValid() {
+		pl := p.placed[i]
+		if a := inst.Spec.Network.Address; pl != nil && a.IsValid() {
 			pl.Address = a.Addr
+			if ns := p.on[i]; ns.PodCIDR.Contains(a.Addr) {
+				p.givenOut(ns, a.Addr)
+			}
+		}
+	}
+	for i := range p.m.Instances {
+		pl := p.placed[i]
+		if pl == nil || pl.Address.IsValid() {
 			continue
 		}
+		ns := p.on[i]
 		// A sticky (or pinned, or held) instance keeps the address its node
 		// reports for it, unless another instance was given it already.
-		if ri := ns.reported[inst.Name]; ri != nil && ri.Address.Is4() && ns.PodCIDR.Contains(ri.Address) && !p.givenOut(ns, ri.Address) {
+		if ri := p.reportedOn(i, ns); ri != nil && ri.Address.Is4() && ns.PodCIDR.Contains(ri.Address) && !p.givenOut(ns, ri.Address) {
 			pl.Address = ri.Address
 			continue
 		}
@@ -435,11 +516,11 @@ func (p *planner) assignAddresses() {
 	// explicit, reported or already given out.
 	for i := range p.m.Instances {
 		inst := &p.m.Instances[i]
-		pl := p.placed[inst.Name]
+		pl := p.placed[i]
 		if pl == nil || pl.Address.IsValid() {
 			continue
 		}
-		ns := p.byName[pl.Node]
+		ns := p.on[i]
 		if !ns.PodCIDR.IsValid() {
 			continue
 		}
@@ -458,31 +539,38 @@ func (p *planner) assignAddresses() {
 }
 
 // givenOut reserves a for one instance on ns and reports whether it was
-// already given to another in this plan.
+// already given to another in this plan. (Reported addresses are marked
+// used up front; given tracks which of them an instance has kept, so that
+// two instances cannot keep the same one.)
 func (p *planner) givenOut(ns *nodeState, a netip.Addr) bool {
-	// Reported addresses are pre-marked as used; track hand-outs of them
-	// separately so that two instances cannot keep the same one.
-	key := ns.Name + "/" + a.String()
-	if p.kept == nil {
-		p.kept = map[string]bool{}
-	}
-	if p.kept[key] {
+	host := a.As4()[3]
+	if ns.given[host] {
 		return true
 	}
-	p.kept[key] = true
-	ns.used[a.As4()[3]] = true
+	ns.given[host] = true
+	ns.used[host] = true
 	return false
+}
+
+// reportedOn returns node ns's report of the instance with index i, or nil.
+func (p *planner) reportedOn(i int, ns *nodeState) *report.Instance {
+	for _, s := range p.sightings[i] {
+		if s.node == ns {
+			return s.inst
+		}
+	}
+	return nil
 }
 
 // pace runs step 8: which outdated instances may be updated now.
 func (p *planner) pace() {
 	for i := range p.m.Instances {
 		inst := &p.m.Instances[i]
-		pl := p.placed[inst.Name]
+		pl := p.placed[i]
 		if pl == nil {
 			continue
 		}
-		if ri := p.byName[pl.Node].reported[inst.Name]; ri != nil {
+		if ri := p.reportedOn(i, p.on[i]); ri != nil {
 			switch c := render.ClassifyHashChange(ri.SpecHash, inst.SpecHash); c {
 			case render.ChangeReplace, render.ChangeRestart:
 				pl.Outdated = c
@@ -496,11 +584,12 @@ func (p *planner) pace() {
 		var outdatedRunning []*Placement
 		var unavailable []string
 		for _, name := range svc.Instances {
-			pl := p.placed[name]
+			k := int(p.index[name])
+			pl := p.placed[k]
 			if pl == nil {
 				continue
 			}
-			ri := p.byName[pl.Node].reported[name]
+			ri := p.reportedOn(k, p.on[k])
 			running := ri != nil && ri.State == report.StateRunning
 			switch {
 			case pl.Outdated != "" && !running:
@@ -530,7 +619,7 @@ func (p *planner) endpoints() {
 		s := Service{Name: svc.Name, VIP: svc.VIP.Addr, Port: svc.Port, Endpoints: []Endpoint{}}
 		seen := map[netip.Addr]bool{}
 		for _, name := range svc.Instances {
-			for _, sg := range p.sightings[name] {
+			for _, sg := range p.sightings[p.index[name]] {
 				ri := sg.inst
 				if !sg.node.Alive || ri.State != report.StateRunning || !ri.Address.Is4() || seen[ri.Address] {
 					continue
@@ -595,18 +684,16 @@ func (p *planner) ingresses() {
 
 // finish fills the per-node results, sorts everything and computes the ID.
 func (p *planner) finish() {
+	p.plan.Routes = []Route{}
 	for _, ns := range p.nodes {
-		ns.Routes = []Route{}
-		for _, other := range p.nodes {
-			if other != ns && other.Alive && other.PodCIDR.IsValid() && other.Address.IsValid() {
-				ns.Routes = append(ns.Routes, Route{Node: other.Name, Dest: other.PodCIDR, Via: other.Address})
-			}
+		if ns.Alive && ns.PodCIDR.IsValid() && ns.Address.IsValid() {
+			p.plan.Routes = append(p.plan.Routes, Route{Node: ns.Name, Dest: ns.PodCIDR, Via: ns.Address})
 		}
 		p.plan.Nodes = append(p.plan.Nodes, ns.Node)
 	}
 	p.plan.Placements = make([]Placement, 0, len(p.placed))
 	for i := range p.m.Instances {
-		if pl := p.placed[p.m.Instances[i].Name]; pl != nil {
+		if pl := p.placed[i]; pl != nil {
 			p.plan.Placements = append(p.plan.Placements, *pl)
 		}
 	}
@@ -661,13 +748,14 @@ func hash64(s string) uint64 {
 }
 
 // rendezvous scores the pair (instance, node): the highest score wins. It
-// mixes the two precomputed name hashes with splitmix64's finaliser, so that
-// scoring a pair costs a few instructions.
+// mixes the two precomputed name hashes (a multiply and xor-shifts, as in
+// the finaliser of splitmix64), so that scoring one pair costs a few
+// instructions: a cold plan scores every instance against every node.
 func rendezvous(instance, node uint64) uint64 {
-	z := instance ^ (node * 0x9e3779b97f4a7c15)
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
+	z := (instance ^ node) * 0xbf58476d1ce4e5b9
+	z ^= z >> 31
+	z *= 0x94d049bb133111eb
+	return z ^ (z >> 29)
 }
 
 func short(commit string) string {

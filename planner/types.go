@@ -48,7 +48,22 @@ type Plan struct {
 	Unschedulable []Unschedulable `json:"unschedulable"`
 	Services      []Service       `json:"services"`
 	Ingresses     []Ingress       `json:"ingresses"`
-	Warnings      []Warning       `json:"warnings"`
+	// Routes holds every alive node's subnet via its address; a node
+	// installs all of them but its own (RoutesFor).
+	Routes   []Route   `json:"routes"`
+	Warnings []Warning `json:"warnings"`
+}
+
+// RoutesFor returns the routes node must install: every other alive node's
+// subnet, via that node's address.
+func (p *Plan) RoutesFor(node string) []Route {
+	out := make([]Route, 0, len(p.Routes))
+	for _, r := range p.Routes {
+		if r.Node != node {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // Node is a node of the inventory as the plan sees it.
@@ -68,8 +83,6 @@ type Node struct {
 	Unlimited bool             `json:"unlimited,omitempty"`
 	// Committed is the sum of the resources of the instances placed on it.
 	Committed render.Resources `json:"committed"`
-	// Routes are the other alive nodes' subnets, each via its address.
-	Routes []Route `json:"routes"`
 }
 
 // Route sends a node subnet to the node that holds it.

@@ -14,3 +14,5 @@ func TestRenderIsPure(t *testing.T) {
 		"github.com/keel-dev/keel/sync", "github.com/keel-dev/keel/nodeexec",
 		"github.com/keel-dev/keel/providers", "github.com/keel-dev/keel/cli")
 }
+
+func TestRenderNeverReadsTheClock(t *testing.T) { deptest.NoClock(t, ".") }
