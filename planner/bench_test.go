@@ -92,9 +92,9 @@ func benchmarkWarm(b *testing.B, nodes, services, replicas int) {
 }
 
 // Cold placement: every node alive, nothing running yet.
-func BenchmarkColdPlacement20kOn256(b *testing.B)  { benchmarkCold(b, 256, 200, 100) }
+func BenchmarkColdPlacement20kOn256(b *testing.B)   { benchmarkCold(b, 256, 200, 100) }
 func BenchmarkColdPlacement100kOn1000(b *testing.B) { benchmarkCold(b, 1000, 1000, 100) }
 
 // Warm re-plan: every instance reported running where it is (sticky).
-func BenchmarkWarmReplan20kOn256(b *testing.B)  { benchmarkWarm(b, 256, 200, 100) }
+func BenchmarkWarmReplan20kOn256(b *testing.B)   { benchmarkWarm(b, 256, 200, 100) }
 func BenchmarkWarmReplan100kOn1000(b *testing.B) { benchmarkWarm(b, 1000, 1000, 100) }
