@@ -66,8 +66,8 @@ type Refusal struct {
 
 // Capacity is what the node can give to instances.
 type Capacity struct {
-	CPU    render.CPU   `yaml:"cpu" json:"cpu"`
-	Memory render.Bytes `yaml:"memory" json:"memory"`
+	CPU    render.CPU   `yaml:"cpu,omitempty" json:"cpu,omitempty"`
+	Memory render.Bytes `yaml:"memory,omitempty" json:"memory,omitempty"`
 }
 
 // Instance is one instance the node holds, in any state.

@@ -162,8 +162,28 @@ func (d *treeDir) ReadDir(n int) ([]fs.DirEntry, error) {
 		if e.Mode == filemode.Submodule {
 			continue
 		}
-		out = append(out, d.fsys.info(e.Name, e.Mode, 0))
+		out = append(out, dirEntry{fileInfo: d.fsys.info(e.Name, e.Mode, 0), tree: d.tree, entry: e})
 	}
 	d.pos += len(entries)
 	return out, nil
+}
+
+// dirEntry is a tree entry; its size is looked up only when Info is asked
+// for, since walking a tree needs names and types alone.
+type dirEntry struct {
+	fileInfo
+	tree  *object.Tree
+	entry object.TreeEntry
+}
+
+func (e dirEntry) Info() (fs.FileInfo, error) {
+	info := e.fileInfo
+	if e.entry.Mode != filemode.Dir {
+		f, err := e.tree.TreeEntryFile(&e.entry)
+		if err != nil {
+			return nil, err
+		}
+		info.size = f.Size
+	}
+	return info, nil
 }
