@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -23,8 +24,18 @@ const (
 )
 
 // Version is the agent version, set at build time with
-// -ldflags "-X github.com/keel-dev/keel/cli.Version=...".
+// -ldflags "-X github.com/keel-dev/keel/cli.Version=..."; a binary built by
+// go install reports its module version instead.
 var Version = "0.1.0-dev"
+
+func init() {
+	if Version != "0.1.0-dev" {
+		return
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		Version = strings.TrimPrefix(bi.Main.Version, "v")
+	}
+}
 
 // exitError carries an exit code; its message (if any) is printed on stderr.
 type exitError struct {
@@ -131,7 +142,7 @@ func repoFS(dir string) (fsys fsWithDir, err error) {
 // I/O failures, which need no pointer to --help.
 func isUsageError(err error) bool {
 	msg := err.Error()
-	for _, p := range []string{"unknown flag", "unknown shorthand flag", "unknown command", "flag needs an argument", "invalid argument", "accepts ", "--format", "required flag"} {
+	for _, p := range []string{"unknown flag", "unknown shorthand flag", "unknown command", "flag needs an argument", "invalid argument", "accepts ", "--format", "--now", "required flag", "if any flags in the group"} {
 		if strings.Contains(msg, p) {
 			return true
 		}

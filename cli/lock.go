@@ -63,6 +63,9 @@ Exit status: 0 success (or up to date), 1 invalid repository or stale lock,
 			fmt.Fprintln(e.stderr, "warning:", p)
 		}
 		plan := planner.Compute(planner.Input{Model: m, Reports: reports, Now: time.Now().UTC(), AssumeAlive: true})
+		if plan.AssumedAlive && len(newPins(m, plan)) > 0 {
+			fmt.Fprintln(e.stderr, "warning: no node has reported: new pins are placed as if every node were alive (use --reports-remote or --reports to plan with the nodes' reports)")
+		}
 		for _, u := range plan.Unschedulable {
 			if inst := m.Instance(u.Instance); inst != nil && inst.Stateful {
 				fmt.Fprintf(e.stderr, "warning: %s is not pinned: it cannot be placed (%s)\n", u.Instance, u.Reason)

@@ -74,14 +74,18 @@ Exit status: 0 valid (changes or not), 1 invalid specs, 2 usage or I/O error.`,
 			out.BaseCommit = baseSide.commit
 		}
 		out.addErrors("head", headSide)
-		if baseSide != nil {
-			out.addErrors("base", baseSide)
-		}
-		if len(out.Errors) > 0 && (headSide.invalid || baseSide != nil && baseSide.invalid) {
+		if headSide.invalid {
 			if err := out.write(e.stdout, *format); err != nil {
 				return err
 			}
 			return invalid(nil)
+		}
+		if baseSide != nil && baseSide.invalid {
+			// A change that fixes a broken base is what review is for: plan
+			// the head alone and say why there is no comparison.
+			out.Warnings = append(out.Warnings, planner.Warning{Code: "invalid-base",
+				Message: fmt.Sprintf("the base %s is invalid (%s), so this plan is not compared with it", *base, plural(len(baseSide.model.Diagnostics.Errors()), "error"))})
+			baseSide = nil
 		}
 
 		prefix := headSide.model.Cluster.ReportRefPrefix
@@ -89,10 +93,14 @@ Exit status: 0 valid (changes or not), 1 invalid specs, 2 usage or I/O error.`,
 		if err != nil {
 			return err
 		}
-		out.Reports = len(reports)
 		headPlan := planner.Compute(planner.Input{Model: headSide.model, Commit: headSide.commit, Reports: reports, Now: now, AssumeAlive: true})
 		headPlan.Warnings = append(problemsAsWarnings(problems), headPlan.Warnings...)
 		out.fill(headSide.model, headPlan)
+		for _, n := range headPlan.Nodes {
+			if !n.ReportTime.IsZero() {
+				out.Reports++
+			}
+		}
 		out.Pending = planner.Pending(headSide.model, headPlan, reports)
 		out.Warnings = append(out.Warnings, lockWarnings(headSide.model, headPlan)...)
 		if baseSide != nil {

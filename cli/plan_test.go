@@ -311,3 +311,17 @@ func pipeGit(t *testing.T, dir, stdin string, args ...string) string {
 	}
 	return string(out)
 }
+
+// TestPlanInvalidBaseValidHead: a change that fixes a broken base is
+// planned on its own, with a warning, and does not fail.
+func TestPlanInvalidBaseValidHead(t *testing.T) {
+	dir := initRepo(t)
+	editFile(t, dir, "apps/web.yaml", "replicas: 3", "replicas: three")
+	git(t, dir, "commit", "-q", "-a", "-m", "break")
+	editFile(t, dir, "apps/web.yaml", "replicas: three", "replicas: 4")
+	git(t, dir, "commit", "-q", "-a", "-m", "fix")
+	code, out, errOut := keel(t, "plan", "--repo", dir, "--base", "main~1", "--head", "main", "-o", "json")
+	if code != cli.ExitOK || !strings.Contains(out, `"code": "invalid-base"`) || !strings.Contains(out, `"compared": false`) {
+		t.Fatalf("exit %d %s\n%s", code, errOut, out)
+	}
+}

@@ -42,10 +42,10 @@ type planNode struct {
 	Address     string `json:"address"`
 	ReportTime  string `json:"reportTime,omitempty"`
 	Refused     bool   `json:"refusedCommit"`
-	CPU         string `json:"cpu"`
-	Memory      string `json:"memory"`
-	Capacity    string `json:"capacity"`
-	Instances   int    `json:"instances"`
+	// Capacity is nil when neither the Node file nor a report gives it.
+	Capacity  *render.Resources `json:"capacity"`
+	Committed render.Resources  `json:"committed"`
+	Instances int               `json:"instances"`
 }
 
 type planPlacement struct {
@@ -85,13 +85,13 @@ func (o *planOutput) fill(m *render.Model, p *planner.Plan) {
 	}
 	for _, n := range p.Nodes {
 		pn := planNode{Name: n.Name, Alive: n.Alive, Schedulable: n.Schedulable, PodCIDR: n.PodCIDR.String(), Address: n.Address.String(),
-			Refused: n.RefusedCommit, CPU: n.Committed.CPU.String(), Memory: n.Committed.Memory.String(), Instances: count[n.Name]}
+			Refused: n.RefusedCommit, Committed: n.Committed, Instances: count[n.Name]}
 		if !n.ReportTime.IsZero() {
 			pn.ReportTime = n.ReportTime.Format("2006-01-02T15:04:05Z07:00")
 		}
-		pn.Capacity = "unknown"
 		if !n.Unlimited {
-			pn.Capacity = fmt.Sprintf("%s CPU, %s", n.Capacity.CPU, n.Capacity.Memory)
+			c := n.Capacity
+			pn.Capacity = &c
 		}
 		o.Nodes = append(o.Nodes, pn)
 	}
@@ -284,7 +284,7 @@ func (o *planOutput) text() string {
 			return
 		}
 		for _, c := range cs {
-			fmt.Fprintf(&b, "  %-14s %-24s %-10s %s\n", c.Action, c.Instance, c.Node, changeDetail(c))
+			b.WriteString(strings.TrimRight(fmt.Sprintf("  %-14s %-24s %-10s %s", c.Action, c.Instance, c.Node, changeDetail(c)), " ") + "\n")
 		}
 	}
 	if o.Compared {
@@ -305,7 +305,7 @@ func (o *planOutput) text() string {
 	}
 	b.WriteString("\nNodes:\n")
 	for _, n := range o.Nodes {
-		fmt.Fprintf(&b, "  %s  %s  %s  %s, committed %s CPU %s of %s\n", n.Name, nodeState(n), n.PodCIDR, plural(n.Instances, "instance"), n.CPU, n.Memory, n.Capacity)
+		fmt.Fprintf(&b, "  %s  %s  %s  %s, committed %s\n", n.Name, nodeState(n), n.PodCIDR, plural(n.Instances, "instance"), capacityText(n))
 		for _, p := range o.Placements {
 			if p.Node == n.Name {
 				fmt.Fprintf(&b, "    %-24s %-15s %s%s\n", p.Instance, p.Address, p.Reason, outdatedNote(p))
@@ -329,6 +329,14 @@ func (o *planOutput) text() string {
 		}
 	}
 	return b.String()
+}
+
+func capacityText(n planNode) string {
+	s := fmt.Sprintf("%s CPU, %s memory", n.Committed.CPU, n.Committed.Memory)
+	if n.Capacity == nil {
+		return s + " (capacity unknown)"
+	}
+	return fmt.Sprintf("%s of %s CPU, %s", s, n.Capacity.CPU, n.Capacity.Memory)
 }
 
 func nodeState(n planNode) string {
@@ -434,7 +442,7 @@ func (o *planOutput) markdown() string {
 	b.WriteString("#### Nodes\n\n")
 	for _, n := range o.Nodes {
 		fmt.Fprintf(&b, "<details><summary><b>%s</b>: %s · %s · %s</summary>\n\n", n.Name, nodeState(n), n.PodCIDR, plural(n.Instances, "instance"))
-		fmt.Fprintf(&b, "Committed %s CPU, %s memory of %s.\n\n", n.CPU, n.Memory, escapeMD(n.Capacity))
+		fmt.Fprintf(&b, "Committed %s.\n\n", escapeMD(capacityText(n)))
 		rows := slices.DeleteFunc(slices.Clone(o.Placements), func(p planPlacement) bool { return p.Node != n.Name })
 		if len(rows) > 0 {
 			b.WriteString("| instance | address | reason |\n|---|---|---|\n")

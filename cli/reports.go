@@ -25,7 +25,7 @@ type reportFlags struct {
 func addReportFlags(cmd *cobra.Command) *reportFlags {
 	f := &reportFlags{}
 	cmd.Flags().StringVar(&f.dir, "reports", "", "read reports from this directory (one YAML report per file) instead of the repository's report refs")
-	cmd.Flags().StringVar(&f.remote, "reports-remote", "", "fetch the report refs from this git remote first (CI checkouts do not fetch them)")
+	cmd.Flags().StringVar(&f.remote, "reports-remote", "", "fetch the report refs from this git remote first (CI checkouts do not fetch them), into refs/keel/remotes/NAME/reports/")
 	cmd.MarkFlagsMutuallyExclusive("reports", "reports-remote")
 	_ = cmd.MarkFlagDirname("reports")
 	return f
@@ -34,6 +34,7 @@ func addReportFlags(cmd *cobra.Command) *reportFlags {
 // gitRepo is the git repository holding a cluster repository directory.
 type gitRepo struct {
 	repo   *git.Repository
+	root   string // the worktree's root directory
 	subdir string // the cluster repository's directory within the worktree
 }
 
@@ -43,10 +44,11 @@ func openGit(dir string) (*gitRepo, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gitRepo{repo: repo}
+	g := &gitRepo{repo: repo, root: dir}
 	if wt, err := repo.Worktree(); err == nil {
 		abs, _ := filepath.Abs(dir)
 		root, _ := filepath.EvalSymlinks(wt.Filesystem.Root())
+		g.root = root
 		if real, err := filepath.EvalSymlinks(abs); err == nil {
 			abs = real
 		}
@@ -71,7 +73,7 @@ func (e *env) readReports(f *reportFlags, g *gitRepo, prefix string) ([]report.R
 		return nil, nil, nil
 	}
 	if f.remote != "" {
-		if err := sync.FetchReports(e.ctx, g.repo, f.remote, prefix); err != nil {
+		if err := sync.FetchReports(e.ctx, g.repo, g.root, f.remote, prefix); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/go-git/go-git/v5"
@@ -19,36 +22,38 @@ func ReportRef(prefix, node string) plumbing.ReferenceName {
 	return plumbing.ReferenceName(prefix + node)
 }
 
-// remoteReportPrefix is where report refs fetched from remote land:
-// refs/remotes/<remote>/<prefix without refs/>.
-func remoteReportPrefix(remote, prefix string) string {
-	return "refs/remotes/" + remote + "/" + strings.TrimPrefix(prefix, "refs/")
+// RemoteReportPrefix is where the report refs fetched from remote land:
+// refs/keel/remotes/<remote>/reports/<node>. It is outside refs/remotes/ on
+// purpose: there, a branch named keel/reports/<node> would pass for a
+// report, and git fetch --prune would delete them.
+func RemoteReportPrefix(remote string) string {
+	return "refs/keel/remotes/" + remote + "/reports/"
 }
 
-// ReadReports reads every report found in repo: on the local report refs
-// (prefix + node) and on those fetched from any remote. A report that cannot
-// be read or that speaks for another node is skipped and described in
-// problems; callers show those as warnings.
+// ReadReports reads the reports found in repo, on the local report refs
+// (prefix + node) and on those fetched from remotes (RemoteReportPrefix),
+// keeping the newest report of each node. A report that cannot be read or
+// that speaks for another node is skipped and described in problems;
+// callers show those as warnings.
 func ReadReports(repo *git.Repository, prefix string) (reports []report.Report, problems []string, err error) {
 	refs, err := repo.References()
 	if err != nil {
 		return nil, nil, fmt.Errorf("list refs: %w", err)
 	}
 	defer refs.Close()
-	inRemote := strings.TrimPrefix(prefix, "refs/")
+	newest := map[string]report.Report{}
 	err = refs.ForEach(func(ref *plumbing.Reference) error {
 		name := ref.Name().String()
-		var node string
-		if rest, ok := strings.CutPrefix(name, prefix); ok {
-			node = rest
-		} else if rest, ok := strings.CutPrefix(name, "refs/remotes/"); ok {
-			// refs/remotes/<remote>/<prefix without refs/><node>
-			_, rest, _ = strings.Cut(rest, "/")
-			if node, ok = strings.CutPrefix(rest, inRemote); !ok {
+		node, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			rest, remote := strings.CutPrefix(name, "refs/keel/remotes/")
+			if !remote {
 				return nil
 			}
-		} else {
-			return nil
+			_, rest, _ = strings.Cut(rest, "/")
+			if node, ok = strings.CutPrefix(rest, "reports/"); !ok {
+				return nil
+			}
 		}
 		if node == "" || strings.Contains(node, "/") || ref.Type() != plumbing.HashReference {
 			return nil
@@ -58,9 +63,14 @@ func ReadReports(repo *git.Repository, prefix string) (reports []report.Report, 
 			problems = append(problems, fmt.Sprintf("report of %s on %s ignored: %v", node, name, err))
 			return nil
 		}
-		reports = append(reports, r)
+		if cur, seen := newest[node]; !seen || r.Time.After(cur.Time) {
+			newest[node] = r
+		}
 		return nil
 	})
+	for _, node := range slices.Sorted(maps.Keys(newest)) {
+		reports = append(reports, newest[node])
+	}
 	return reports, problems, err
 }
 
@@ -86,12 +96,22 @@ func readReport(repo *git.Repository, h plumbing.Hash, node string) (report.Repo
 	return report.Parse(data, node)
 }
 
-// FetchReports fetches the report refs of remote into
-// refs/remotes/<remote>/..., since a clone (a CI checkout, say) does not
-// fetch refs outside refs/heads/ and refs/tags/.
-func FetchReports(ctx context.Context, repo *git.Repository, remote, prefix string) error {
-	spec := config.RefSpec("+" + prefix + "*:" + remoteReportPrefix(remote, prefix) + "*")
-	err := repo.FetchContext(ctx, &git.FetchOptions{RemoteName: remote, RefSpecs: []config.RefSpec{spec}, Tags: git.NoTags})
+// FetchReports fetches the report refs of remote into RemoteReportPrefix,
+// since a clone (a CI checkout, say) does not fetch refs outside refs/heads/
+// and refs/tags/. It runs git itself when it is installed, so that the
+// credentials git is configured with (credential helpers, the extra header
+// of CI checkouts) apply; otherwise it uses go-git with the remote's URL.
+func FetchReports(ctx context.Context, repo *git.Repository, dir, remote, prefix string) error {
+	spec := "+" + prefix + "*:" + RemoteReportPrefix(remote) + "*"
+	if gitBin, err := exec.LookPath("git"); err == nil {
+		cmd := exec.CommandContext(ctx, gitBin, "-C", dir, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, spec)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("fetch reports from %s: %w: %s", remote, err, RedactURL(errors.New(strings.TrimSpace(string(out)))))
+		}
+		return nil
+	}
+	err := repo.FetchContext(ctx, &git.FetchOptions{RemoteName: remote, RefSpecs: []config.RefSpec{config.RefSpec(spec)}, Tags: git.NoTags})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return fmt.Errorf("fetch reports from %s: %w", remote, RedactURL(err))
 	}

@@ -108,7 +108,10 @@ func TestReadReportsFromRefs(t *testing.T) {
 	r := report.Report{Node: "n1", Time: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
 	publish("refs/keel/reports/n1", string(r.Marshal()))
 	r2 := report.Report{Node: "n2", Time: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
-	publish("refs/remotes/origin/keel/reports/n2", string(r2.Marshal()))
+	publish("refs/keel/remotes/origin/reports/n2", string(r2.Marshal()))
+	// A branch that looks like a report ref must not pass for one.
+	r6 := report.Report{Node: "n6", Time: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}
+	publish("refs/remotes/origin/keel/reports/n6", string(r6.Marshal()))
 	publish("refs/keel/reports/n3", string(r.Marshal())) // speaks for n1: refused
 	publish("refs/keel/reports/n4", "not: [valid")
 	publish("refs/heads/n5", string(r.Marshal())) // not a report ref at all
