@@ -1,0 +1,384 @@
+package sync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+
+	"github.com/keel-dev/keel/report"
+)
+
+// Remote says where a cluster repository lives and how to reach it.
+// Credentials come from files, never from the URL or the repository.
+type Remote struct {
+	// URL is file://..., a local path, https://... or ssh://... (or
+	// scp-like user@host:path).
+	URL string
+	// Branch is the branch that holds the specs; empty for a repository
+	// that only holds reports.
+	Branch string
+	// SSHKeyFile and KnownHostsFile authenticate over SSH.
+	SSHKeyFile     string
+	KnownHostsFile string
+	// TokenFile holds a token for HTTPS (sent as the basic-auth password).
+	TokenFile string
+}
+
+// Auth returns the transport authentication the remote's files describe.
+func (r Remote) Auth() (transport.AuthMethod, error) {
+	switch {
+	case r.SSHKeyFile != "":
+		user := "git"
+		if ep, err := transport.NewEndpoint(r.URL); err == nil && ep.User != "" {
+			user = ep.User
+		}
+		keys, err := gitssh.NewPublicKeysFromFile(user, r.SSHKeyFile, "")
+		if err != nil {
+			return nil, fmt.Errorf("ssh key %s: %w", r.SSHKeyFile, err)
+		}
+		if r.KnownHostsFile == "" {
+			return nil, errors.New("an SSH key needs a known_hosts file (--known-hosts): keel never trusts an unknown host key")
+		}
+		cb, err := gitssh.NewKnownHostsCallback(r.KnownHostsFile)
+		if err != nil {
+			return nil, fmt.Errorf("known hosts %s: %w", r.KnownHostsFile, err)
+		}
+		keys.HostKeyCallback = cb
+		return keys, nil
+	case r.TokenFile != "":
+		data, err := os.ReadFile(r.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("token file: %w", err)
+		}
+		token := strings.TrimSpace(string(data))
+		if token == "" {
+			return nil, fmt.Errorf("token file %s is empty", r.TokenFile)
+		}
+		return &http.BasicAuth{Username: "keel", Password: token}, nil
+	}
+	return nil, nil
+}
+
+// CheckURL refuses URLs that carry credentials: they would end up in logs,
+// process listings and the clone's config.
+func CheckURL(raw string) error {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if _, hasPassword := u.User.Password(); hasPassword || u.Scheme == "https" || u.Scheme == "http" {
+			return errors.New("the repository URL must not carry credentials: give them with --token-file or --ssh-key")
+		}
+	}
+	return nil
+}
+
+// Redacted returns the URL without any user information, for logs.
+func Redacted(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil && u.Scheme != "" {
+		u.User = nil
+		return u.String()
+	}
+	return raw
+}
+
+// Mirror is the agent's bare clone of a cluster repository: the spec
+// branch, shallow, and every node's report ref.
+type Mirror struct {
+	dir          string
+	remote       Remote
+	reportPrefix string
+	auth         transport.AuthMethod
+	repo         *git.Repository
+	fetches      int
+}
+
+// compactEvery is how many fetches a mirror makes before it compacts
+// itself: repeated depth-1 fetches grow .git/shallow and leave one pack per
+// fetch.
+const compactEvery = 500
+
+// OpenMirror opens the mirror in dir, cloning the remote into it when it
+// does not exist yet.
+func OpenMirror(ctx context.Context, dir string, remote Remote, reportPrefix string) (*Mirror, error) {
+	if err := CheckURL(remote.URL); err != nil {
+		return nil, err
+	}
+	auth, err := remote.Auth()
+	if err != nil {
+		return nil, err
+	}
+	m := &Mirror{dir: dir, remote: remote, reportPrefix: reportPrefix, auth: auth}
+	repo, err := git.PlainOpen(dir)
+	switch {
+	case err == nil:
+		m.repo = repo
+		return m, nil
+	case !errors.Is(err, git.ErrRepositoryNotExists):
+		return nil, fmt.Errorf("open mirror %s: %w", dir, err)
+	}
+	if m.repo, err = m.initRepo(dir); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// initRepo makes an empty bare repository in dir with the remote "origin".
+func (m *Mirror) initRepo(dir string) (*git.Repository, error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, err
+	}
+	repo, err := git.PlainInit(dir, true)
+	if err != nil {
+		return nil, fmt.Errorf("init mirror %s: %w", dir, err)
+	}
+	if _, err := repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{m.remote.URL}}); err != nil {
+		return nil, fmt.Errorf("init mirror: %w", err)
+	}
+	return repo, nil
+}
+
+// Refs is what a fetch found: the branch tip (zero when the mirror has no
+// branch) and the report refs.
+type Refs struct {
+	Tip     plumbing.Hash
+	Reports map[string]plumbing.Hash // node → report commit
+}
+
+// Equal reports whether two fetches found the same refs.
+func (r Refs) Equal(o Refs) bool {
+	if r.Tip != o.Tip || len(r.Reports) != len(o.Reports) {
+		return false
+	}
+	for k, v := range r.Reports {
+		if o.Reports[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Fetch brings the branch (depth 1, following force pushes) and the report
+// refs up to date, and returns them.
+func (m *Mirror) Fetch(ctx context.Context) (Refs, error) {
+	specs := []config.RefSpec{config.RefSpec("+" + m.reportPrefix + "*:" + m.reportPrefix + "*")}
+	if m.remote.Branch != "" {
+		b := plumbing.NewBranchReferenceName(m.remote.Branch)
+		specs = append(specs, config.RefSpec("+"+b.String()+":"+b.String()))
+	}
+	err := m.repo.FetchContext(ctx, &git.FetchOptions{
+		RemoteName: "origin", RefSpecs: specs, Depth: 1, Tags: git.NoTags, Force: true, Auth: m.auth, Prune: true,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return Refs{}, fmt.Errorf("fetch %s: %w", Redacted(m.remote.URL), RedactURL(err))
+	}
+	m.fetches++
+	return m.Refs()
+}
+
+// Refs returns what the mirror holds now, without fetching.
+func (m *Mirror) Refs() (Refs, error) {
+	out := Refs{Reports: map[string]plumbing.Hash{}}
+	if m.remote.Branch != "" {
+		ref, err := m.repo.Reference(plumbing.NewBranchReferenceName(m.remote.Branch), true)
+		switch {
+		case err == nil:
+			out.Tip = ref.Hash()
+		case !errors.Is(err, plumbing.ErrReferenceNotFound):
+			return Refs{}, err
+		}
+	}
+	iter, err := m.repo.References()
+	if err != nil {
+		return Refs{}, err
+	}
+	defer iter.Close()
+	err = iter.ForEach(func(r *plumbing.Reference) error {
+		if node, ok := strings.CutPrefix(r.Name().String(), m.reportPrefix); ok && r.Type() == plumbing.HashReference {
+			out.Reports[node] = r.Hash()
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Commit returns a commit of the mirror.
+func (m *Mirror) Commit(h plumbing.Hash) (*object.Commit, error) {
+	return m.repo.CommitObject(h)
+}
+
+// Reports reads the reports the mirror holds.
+func (m *Mirror) Reports() ([]report.Report, []string, error) {
+	return ReadReports(m.repo, m.reportPrefix)
+}
+
+// Publish force-pushes data as report.yaml, the only file of a new commit
+// without parents, to <reportPrefix><node>: one ref per node, so that no
+// push contends with another node's, and no history grows.
+func (m *Mirror) Publish(ctx context.Context, node string, data []byte, when time.Time) (plumbing.Hash, error) {
+	st := m.repo.Storer
+	blob := st.NewEncodedObject()
+	blob.SetType(plumbing.BlobObject)
+	w, err := blob.Writer()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if _, err := w.Write(data); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	if err := w.Close(); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	blobHash, err := st.SetEncodedObject(blob)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	tree := &object.Tree{Entries: []object.TreeEntry{{Name: report.FileName, Mode: filemode.Regular, Hash: blobHash}}}
+	treeObj := st.NewEncodedObject()
+	if err := tree.Encode(treeObj); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	treeHash, err := st.SetEncodedObject(treeObj)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	sig := object.Signature{Name: "keel " + node, Email: node + "@keel.invalid", When: when.UTC()}
+	commit := &object.Commit{Author: sig, Committer: sig, Message: "report of " + node + "\n", TreeHash: treeHash}
+	commitObj := st.NewEncodedObject()
+	if err := commit.Encode(commitObj); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	commitHash, err := st.SetEncodedObject(commitObj)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	ref := plumbing.ReferenceName(m.reportPrefix + node)
+	if err := st.SetReference(plumbing.NewHashReference(ref, commitHash)); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	err = m.repo.PushContext(ctx, &git.PushOptions{
+		RemoteName: "origin", RefSpecs: []config.RefSpec{config.RefSpec("+" + ref.String() + ":" + ref.String())}, Auth: m.auth, Force: true,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return plumbing.ZeroHash, fmt.Errorf("push report to %s: %w", Redacted(m.remote.URL), RedactURL(err))
+	}
+	return commitHash, nil
+}
+
+// NeedsCompaction reports whether the mirror has fetched often enough to be
+// compacted.
+func (m *Mirror) NeedsCompaction() bool { return m.fetches >= compactEvery }
+
+// Compact replaces the mirror with a fresh clone (the branch at depth 1 and
+// the report refs), so that the shallow file and the packs of many fetches
+// do not grow without bound. The old mirror stays in place until the new one
+// is complete.
+func (m *Mirror) Compact(ctx context.Context) error {
+	tmp := m.dir + ".new"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	fresh := &Mirror{dir: tmp, remote: m.remote, reportPrefix: m.reportPrefix, auth: m.auth}
+	repo, err := fresh.initRepo(tmp)
+	if err != nil {
+		return err
+	}
+	fresh.repo = repo
+	if _, err := fresh.Fetch(ctx); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	old := m.dir + ".old"
+	os.RemoveAll(old)
+	if err := os.Rename(m.dir, old); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, m.dir); err != nil {
+		_ = os.Rename(old, m.dir)
+		return err
+	}
+	os.RemoveAll(old)
+	repo, err = git.PlainOpen(m.dir)
+	if err != nil {
+		return err
+	}
+	m.repo, m.fetches = repo, 0
+	return nil
+}
+
+// Snapshot copies the spec files of commit c (everything but dot-directories
+// and what is obviously not a spec) into dir, so that the last good commit
+// stays readable whatever later shallow fetches and compactions do.
+func Snapshot(c *object.Commit, dir string) error {
+	tree, err := c.Tree()
+	if err != nil {
+		return err
+	}
+	tmp := dir + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	err = tree.Files().ForEach(func(f *object.File) error {
+		if !f.Mode.IsFile() || strings.HasPrefix(f.Name, ".git/") {
+			return nil
+		}
+		content, err := f.Contents()
+		if err != nil {
+			return err
+		}
+		p := filepath.Join(tmp, filepath.FromSlash(f.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		return os.WriteFile(p, []byte(content), 0o600)
+	})
+	if err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("snapshot %s: %w", c.Hash, err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ".keel-commit"), []byte(c.Hash.String()+"\n"), 0o600); err != nil {
+		return err
+	}
+	old := dir + ".old"
+	os.RemoveAll(old)
+	if _, err := os.Stat(dir); err == nil {
+		if err := os.Rename(dir, old); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return err
+	}
+	os.RemoveAll(old)
+	return syncDir(filepath.Dir(dir))
+}
+
+// SnapshotCommit returns the commit a snapshot directory holds.
+func SnapshotCommit(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ".keel-commit"))
+	if err != nil {
+		return "", err
+	}
+	return string(bytes.TrimSpace(data)), nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,126 @@
+package sync_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+	"github.com/keel-dev/keel/sync"
+)
+
+// server makes a bare repository with one commit on main, and a work tree to
+// push more commits from.
+func server(t *testing.T) (bare, work string) {
+	t.Helper()
+	work = commitTree(t, map[string]string{"cluster.yaml": "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\n"})
+	bare = filepath.Join(t.TempDir(), "cluster.git")
+	git(t, work, "", "clone", "-q", "--bare", work, bare)
+	git(t, work, "", "remote", "add", "server", bare)
+	return bare, work
+}
+
+func TestMirrorFetchPublishAndForcePush(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bare, work := server(t)
+	prefix := render.DefaultReportRefPrefix
+	m1, err := sync.OpenMirror(ctx, filepath.Join(t.TempDir(), "repo"), sync.Remote{URL: "file://" + bare, Branch: "main"}, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, err := m1.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := git(t, work, "", "rev-parse", "HEAD")
+	if refs.Tip.String() != first {
+		t.Fatalf("tip %s, want %s", refs.Tip, first)
+	}
+	c, err := m1.Commit(refs.Tip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "last-good")
+	if err := sync.Snapshot(c, snap); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := sync.SnapshotCommit(snap); got != first {
+		t.Errorf("snapshot commit %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(snap, "cluster.yaml")); err != nil {
+		t.Errorf("snapshot lacks cluster.yaml: %v", err)
+	}
+
+	// A report published by one mirror is read by another.
+	r := report.Report{Node: "n1", Time: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC), AgentVersion: "test"}
+	if _, err := m1.Publish(ctx, "n1", r.Marshal(), r.Time); err != nil {
+		t.Fatal(err)
+	}
+	r.AgentVersion = "test2"
+	if _, err := m1.Publish(ctx, "n1", r.Marshal(), r.Time); err != nil {
+		t.Fatal("a second (force) push failed:", err)
+	}
+	m2, err := sync.OpenMirror(ctx, filepath.Join(t.TempDir(), "repo"), sync.Remote{URL: bare, Branch: "main"}, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs2, err := m2.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := refs2.Reports["n1"]; !ok {
+		t.Fatalf("second mirror sees no report of n1: %v", refs2.Reports)
+	}
+	reports, problems, err := m2.Reports()
+	if err != nil || len(problems) > 0 || len(reports) != 1 || reports[0].AgentVersion != "test2" {
+		t.Fatalf("reports %v problems %v err %v", reports, problems, err)
+	}
+	if n := strings.Count(git(t, bare, "", "rev-list", "--count", prefix+"n1"), "\n"); n != 0 {
+		t.Errorf("report ref has history")
+	}
+
+	// A force-pushed branch is followed.
+	git(t, work, "", "commit", "-q", "--amend", "-m", "rewritten")
+	git(t, work, "", "push", "-q", "-f", "server", "main")
+	rewritten := git(t, work, "", "rev-parse", "HEAD")
+	refs3, err := m1.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs3.Tip.String() != rewritten {
+		t.Fatalf("after a force push the tip is %s, want %s", refs3.Tip, rewritten)
+	}
+	// Unchanged refs compare equal; compaction keeps them.
+	again, err := m1.Fetch(ctx)
+	if err != nil || !again.Equal(refs3) {
+		t.Fatalf("a no-op fetch changed refs: %v %v", again, err)
+	}
+	if err := m1.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := m1.Refs()
+	if err != nil || after.Tip != refs3.Tip {
+		t.Fatalf("compaction lost the tip: %v %v", after, err)
+	}
+}
+
+func TestURLsWithCredentialsAreRefused(t *testing.T) {
+	for _, u := range []string{"https://user:pw@example.com/c.git", "https://token@example.com/c.git"} {
+		if err := sync.CheckURL(u); err == nil {
+			t.Errorf("%s accepted", u)
+		}
+	}
+	for _, u := range []string{"ssh://git@example.com/c.git", "git@example.com:c.git", "/srv/c.git", "file:///srv/c.git"} {
+		if err := sync.CheckURL(u); err != nil {
+			t.Errorf("%s refused: %v", u, err)
+		}
+	}
+	if got := sync.Redacted("https://user:pw@example.com/c.git"); strings.Contains(got, "pw") {
+		t.Errorf("Redacted kept the password: %s", got)
+	}
+}
