@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -31,8 +30,8 @@ func RemoteReportPrefix(remote string) string {
 }
 
 // ReadReports reads the reports found in repo, on the local report refs
-// (prefix + node) and on those fetched from remotes (RemoteReportPrefix),
-// keeping the newest report of each node. A report that cannot be read or
+// (prefix + node) and on those fetched from remotes (RemoteReportPrefix).
+// A report that cannot be read or
 // that speaks for another node is skipped and described in problems;
 // callers show those as warnings.
 func ReadReports(repo *git.Repository, prefix string) (reports []report.Report, problems []string, err error) {
@@ -41,19 +40,18 @@ func ReadReports(repo *git.Repository, prefix string) (reports []report.Report, 
 		return nil, nil, fmt.Errorf("list refs: %w", err)
 	}
 	defer refs.Close()
-	newest := map[string]report.Report{}
 	err = refs.ForEach(func(ref *plumbing.Reference) error {
 		name := ref.Name().String()
 		node, ok := strings.CutPrefix(name, prefix)
 		if !ok {
+			// refs/keel/remotes/<remote>/reports/<node>; a remote's name
+			// may itself contain slashes.
 			rest, remote := strings.CutPrefix(name, "refs/keel/remotes/")
-			if !remote {
+			i := strings.LastIndex(rest, "/reports/")
+			if !remote || i < 0 {
 				return nil
 			}
-			_, rest, _ = strings.Cut(rest, "/")
-			if node, ok = strings.CutPrefix(rest, "reports/"); !ok {
-				return nil
-			}
+			node = rest[i+len("/reports/"):]
 		}
 		if node == "" || strings.Contains(node, "/") || ref.Type() != plumbing.HashReference {
 			return nil
@@ -63,14 +61,13 @@ func ReadReports(repo *git.Repository, prefix string) (reports []report.Report, 
 			problems = append(problems, fmt.Sprintf("report of %s on %s ignored: %v", node, name, err))
 			return nil
 		}
-		if cur, seen := newest[node]; !seen || r.Time.After(cur.Time) {
-			newest[node] = r
-		}
+		reports = append(reports, r)
 		return nil
 	})
-	for _, node := range slices.Sorted(maps.Keys(newest)) {
-		reports = append(reports, newest[node])
-	}
+	// Several refs may hold reports of one node (local and fetched): all
+	// are returned, and the planner keeps the newest that is not dated in
+	// the future, whatever the order here.
+	slices.SortFunc(reports, func(a, b report.Report) int { return strings.Compare(a.Node, b.Node) })
 	return reports, problems, err
 }
 
