@@ -363,6 +363,9 @@ func (p *planner) placeExisting(inst *render.Instance) bool {
 			if !holders[0].Alive {
 				p.warn(WarnPinnedDead, inst.Name, "stateful %s stays with its volumes on node %s, which is dead", inst.Name, holders[0].Name)
 			}
+			if !matches(inst, holders[0]) {
+				p.warn(WarnSpecNodeIgnore, inst.Name, "stateful %s stays with its volumes on node %s, which does not match its constraints; the volumes win", inst.Name, holders[0].Name)
+			}
 			p.put(inst, holders[0], ReasonHeld)
 			return true
 		default:

@@ -185,7 +185,12 @@ func ParseFile(data []byte) (Report, error) {
 			return Report{}, fmt.Errorf("capacity.memory: %w", err)
 		}
 	}
+	seen := map[string]bool{}
 	for i, in := range r.Instances {
+		if seen[in.Name] {
+			return Report{}, fmt.Errorf("instances[%d].name: %q is listed twice", i, in.Name)
+		}
+		seen[in.Name] = true
 		if !name.MatchString(in.Name) || len(in.Name) > render.MaxNameLength {
 			return Report{}, fmt.Errorf("instances[%d].name: %q is not a valid name", i, in.Name)
 		}
