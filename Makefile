@@ -31,14 +31,20 @@ lint:
 	$(GO) vet ./...
 
 ## bench: every benchmark, printed as a table (figures go to docs/benchmarks.md).
+BENCHTIME ?= 5x
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem ./... | tee bench.out | grep -E '^(Benchmark|ok|PASS|goos|goarch|cpu|pkg)'
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./... | tee bench.out | \
+	awk 'BEGIN { printf "%-40s %12s %12s %14s %12s\n", "benchmark", "ms/op", "instances", "B/op", "allocs/op" } \
+	     /^Benchmark/ { inst = "-"; for (i = 3; i < NF; i++) { if ($$(i+1) == "ns/op") ms = $$i / 1e6; if ($$(i+1) == "instances") inst = $$i; \
+	       if ($$(i+1) == "B/op") by = $$i; if ($$(i+1) == "allocs/op") al = $$i } \
+	       printf "%-40s %12.1f %12s %14s %12s\n", $$1, ms, inst, by, al }'
 
 ## demo: until the agent lands, check and render the example cluster.
 demo: build
 	./$(BIN) validate --repo repo-example
 	./$(BIN) lock --check --repo repo-example
 	./$(BIN) render --repo repo-example
+	./$(BIN) plan --repo repo-example
 
 clean:
 	rm -rf bin bench.out
