@@ -109,6 +109,11 @@ git push is the deploy command; keel plan shows what a change will do.`,
 		e.renderCommand(),
 		e.lockCommand(),
 		e.planCommand(),
+		e.agentCommand(),
+		e.nodeCommand(),
+		e.volumeCommand(),
+		e.demoWebCommand(),
+		e.demoCommand(),
 		e.versionCommand(),
 	)
 	return root

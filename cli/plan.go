@@ -83,8 +83,9 @@ Exit status: 0 valid (changes or not), 1 invalid specs, 2 usage or I/O error.`,
 		if baseSide != nil && baseSide.invalid {
 			// A change that fixes a broken base is what review is for: plan
 			// the head alone and say why there is no comparison.
-			out.Warnings = append(out.Warnings, planner.Warning{Code: "invalid-base",
-				Message: fmt.Sprintf("the base %s is invalid (%s), so this plan is not compared with it", *base, plural(len(baseSide.model.Diagnostics.Errors()), "error"))})
+			errs := baseSide.model.Diagnostics.Errors()
+			msg := fmt.Sprintf("the base %s is invalid (%s), so this plan is not compared with it; first: %s", *base, plural(len(errs), "error"), errs[0])
+			out.Warnings = append(out.Warnings, planner.Warning{Code: "invalid-base", Message: msg})
 			baseSide = nil
 		}
 

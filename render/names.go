@@ -1,6 +1,7 @@
 package render
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -127,4 +128,14 @@ func checkEmail(email string) string {
 		return fmt.Sprintf("%q is not an email address (want e.g. ops@example.com)", email)
 	}
 	return ""
+}
+
+// CheckName returns an error when name is not a valid object name (a DNS
+// label of at most 63 characters), for names that arrive from elsewhere
+// than a spec file: command lines, the local API, reports.
+func CheckName(name string) error {
+	if msg := checkName(name); msg != "" {
+		return errors.New(msg)
+	}
+	return nil
 }

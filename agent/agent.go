@@ -1,0 +1,520 @@
+// Package agent is keel agent: the loop that wires the stages together. A
+// git worker fetches the cluster repository and publishes this node's
+// report; the loop, the one goroutine that owns the reconciler, decides
+// whether a new commit is applied, plans, reconciles, and hands the report
+// back to the worker. The local API and the metrics reach the loop through
+// channels only.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/proxy"
+	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+	"github.com/keel-dev/keel/sync"
+)
+
+// Options configures an agent.
+type Options struct {
+	Node     string
+	StateDir string
+	Remote   sync.Remote
+	Driver   nodeexec.Driver
+	Version  string
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	// Poll is the fetch interval; a local repository is also watched.
+	Poll time.Duration
+	// Reconcile is the interval between reconcile passes (default 5 s).
+	Reconcile time.Duration
+	// StopGrace is how long an instance has to stop (default 10 s).
+	StopGrace time.Duration
+	// GitTimeout bounds each fetch and push (default 30 s).
+	GitTimeout time.Duration
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	// DisableWatch turns the fsnotify trigger off (polling only).
+	DisableWatch bool
+}
+
+// Agent is a running keel agent.
+type Agent struct {
+	opts    Options
+	log     *slog.Logger
+	metrics *Metrics
+	rec     *nodeexec.Reconciler
+	proxies *proxy.Manager
+	git     *gitWorker
+
+	// Owned by the loop goroutine.
+	applied     *appliedCommit
+	tip         string // the newest commit seen
+	refused     *report.Refusal
+	peers       []report.Report
+	peerProblem []string
+	newestPeer  time.Time // newest peer report time at the last fetch
+	fetchedAt   time.Time
+	plan        *planner.Plan
+	lastPublish struct {
+		content string
+		at      time.Time
+	}
+	gitOK     bool
+	gitErr    string
+	cluster   render.Cluster
+	restarted map[string]int
+
+	requests chan request
+	trigger  chan struct{}
+	health   health
+}
+
+// appliedCommit is the last good commit: its hash and rendered model.
+type appliedCommit struct {
+	commit string
+	model  *render.Model
+}
+
+// New prepares an agent: it loads the state and the last good commit.
+func New(opts Options) (*Agent, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Poll == 0 {
+		opts.Poll = 10 * time.Second
+	}
+	if opts.Reconcile == 0 {
+		opts.Reconcile = 5 * time.Second
+	}
+	if opts.GitTimeout == 0 {
+		opts.GitTimeout = 30 * time.Second
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	rec, err := nodeexec.NewReconciler(nodeexec.Config{
+		Node: opts.Node, Driver: opts.Driver, StateDir: opts.StateDir, Logger: opts.Logger,
+		Now: opts.Now, StopGrace: opts.StopGrace,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		opts:      opts,
+		log:       opts.Logger.With("node", opts.Node),
+		metrics:   NewMetrics(opts.Registry),
+		rec:       rec,
+		proxies:   proxy.New(proxy.Options{Logger: opts.Logger, Metrics: proxy.NewMetrics(opts.Registry)}),
+		requests:  make(chan request),
+		trigger:   make(chan struct{}, 1),
+		restarted: map[string]int{},
+	}
+	if err := a.loadLastGood(); err != nil {
+		a.log.Warn("last good commit unreadable; waiting for the repository", "err", err)
+	}
+	return a, nil
+}
+
+func (a *Agent) specsDir() string { return filepath.Join(a.opts.StateDir, "specs") }
+
+// loadLastGood renders the snapshot of the last applied commit, so that a
+// restarted agent carries on with it even while git is unreachable.
+func (a *Agent) loadLastGood() error {
+	data, err := os.ReadFile(filepath.Join(a.opts.StateDir, "last-good"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	commit := strings.TrimSpace(string(data))
+	m, err := render.Render(os.DirFS(filepath.Join(a.specsDir(), commit)))
+	if err != nil {
+		return fmt.Errorf("render last good commit %s: %w", commit, err)
+	}
+	a.applied = &appliedCommit{commit: commit, model: m}
+	a.cluster = m.Cluster
+	return nil
+}
+
+// Trigger asks for a fetch now (webhooks, tests). It never blocks.
+func (a *Agent) Trigger() {
+	select {
+	case a.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs the agent until ctx ends. Instances keep running afterwards.
+func (a *Agent) Run(ctx context.Context) error {
+	var err error
+	gctx, cancelGit := context.WithCancel(context.Background())
+	defer cancelGit()
+	a.git, err = newGitWorker(gctx, a)
+	if err != nil {
+		return err
+	}
+	defer a.proxies.Close()
+	if local, ok := sync.LocalPath(a.opts.Remote.URL); ok && !a.opts.DisableWatch {
+		if err := sync.Watch(ctx, local, a.log, a.Trigger); err != nil {
+			a.log.Warn("cannot watch the local repository; polling only", "err", err)
+		}
+	}
+	a.log.Info("agent started", "repo", sync.Redacted(a.opts.Remote.URL), "branch", a.opts.Remote.Branch,
+		"driver", a.opts.Driver.Name(), "version", a.opts.Version)
+
+	poll := time.NewTicker(a.opts.Poll)
+	defer poll.Stop()
+	reconcile := time.NewTimer(0)
+	defer reconcile.Stop()
+	a.git.fetch()
+	a.health.lastPass.Store(time.Now().UnixNano())
+	for {
+		select {
+		case <-ctx.Done():
+			a.log.Info("agent stopping; instances keep running")
+			return nil
+		case <-poll.C:
+			a.git.fetch()
+		case <-a.trigger:
+			a.git.fetch()
+		case res := <-a.git.fetched:
+			if a.onFetch(res) {
+				a.pass(ctx)
+				reconcile.Reset(a.opts.Reconcile)
+			}
+		case res := <-a.git.published:
+			a.onPublished(res)
+		case <-reconcile.C:
+			a.pass(ctx)
+			reconcile.Reset(a.opts.Reconcile)
+		case req := <-a.requests:
+			req.handle(ctx, a)
+		}
+	}
+}
+
+// onFetch takes in what a fetch found, and reports whether anything moved.
+func (a *Agent) onFetch(res fetchResult) bool {
+	now := a.opts.Now()
+	if res.err != nil {
+		a.gitOK, a.gitErr = false, res.err.Error()
+		a.metrics.SyncErrors.WithLabelValues(res.stage).Inc()
+		a.log.Warn("sync failed; keeping the last plan", "stage", res.stage, "err", res.err)
+		return false
+	}
+	a.gitOK, a.gitErr = true, ""
+	a.metrics.SyncDuration.Observe(res.took.Seconds())
+	a.metrics.SyncLastSuccess.Set(float64(now.Unix()))
+	if res.changedReports {
+		// The clock rule needs the newest peer time and when it was seen.
+		a.fetchedAt = now
+		a.peers = a.peers[:0]
+		a.newestPeer = time.Time{}
+		for _, r := range res.reports {
+			if r.Node == a.opts.Node {
+				continue // this node's own report is made fresh at each pass
+			}
+			a.peers = append(a.peers, r)
+			if r.Time.After(a.newestPeer) && !r.Time.After(now.Add(time.Hour)) {
+				a.newestPeer = r.Time
+			}
+		}
+		a.peerProblem = res.problems
+		for _, p := range res.problems {
+			a.log.Debug("report ignored", "problem", p)
+		}
+	}
+	if !res.changedTip {
+		return res.changedReports
+	}
+	a.tip = res.commit
+	switch reason := a.admit(res); reason {
+	case "":
+		if err := a.accept(res); err != nil {
+			a.log.Error("cannot record the applied commit", "commit", res.commit, "err", err)
+			return false
+		}
+		a.refused = nil
+		a.metrics.CommitRefused.Reset()
+		a.log.Info("applied commit", "commit", short(res.commit))
+	default:
+		a.refused = &report.Refusal{Commit: res.commit, Reason: reason}
+		a.metrics.CommitRefused.Reset()
+		a.metrics.CommitRefused.WithLabelValues(res.commit, reason).Set(1)
+		a.log.Warn("refused commit; staying on the last good one", "commit", short(res.commit), "reason", reason,
+			"lastGood", short(a.appliedCommit()))
+	}
+	return true
+}
+
+// admit says why a new commit must not be applied, or "" when it may.
+// Trust checks (signatures, no rewinds) plug in here.
+func (a *Agent) admit(res fetchResult) string {
+	if res.renderErr != nil {
+		var ie *render.InvalidError
+		if errors.As(res.renderErr, &ie) {
+			first := ie.Diagnostics[0].String()
+			if len(ie.Diagnostics) > 1 {
+				return fmt.Sprintf("invalid specs (%d errors), first: %s", len(ie.Diagnostics), first)
+			}
+			return "invalid specs: " + first
+		}
+		return "cannot read the commit: " + res.renderErr.Error()
+	}
+	m := res.model
+	if len(m.Instances) == 0 && !m.Cluster.AllowEmpty {
+		return "the commit renders no workload at all (set spec.allowEmpty: true in cluster.yaml to allow that)"
+	}
+	if v := m.Cluster.MinAgentVersion; v != "" && versionLess(a.opts.Version, v) {
+		return fmt.Sprintf("minAgentVersion is %s and this agent is %s: upgrade keel on this node", v, a.opts.Version)
+	}
+	if m.Node(a.opts.Node) == nil {
+		return fmt.Sprintf("node %s is not in the inventory of this commit (nodes/%s.yaml)", a.opts.Node, a.opts.Node)
+	}
+	return ""
+}
+
+// accept makes the fetched commit the last good one, durably: its
+// snapshot stays, and last-good names it.
+func (a *Agent) accept(res fetchResult) error {
+	if err := nodeexec.WriteFileAtomic(filepath.Join(a.opts.StateDir, "last-good"), []byte(res.commit+"\n"), 0o600); err != nil {
+		return err
+	}
+	prev := a.appliedCommit()
+	a.applied = &appliedCommit{commit: res.commit, model: res.model}
+	a.cluster = res.model.Cluster
+	a.metrics.Commit.Reset()
+	a.metrics.Commit.WithLabelValues(res.commit).Set(1)
+	// Keep the snapshots of the applied and the newest commits only.
+	entries, _ := os.ReadDir(a.specsDir())
+	for _, e := range entries {
+		if n := e.Name(); n != res.commit && n != prev && !strings.HasSuffix(n, ".tmp") {
+			os.RemoveAll(filepath.Join(a.specsDir(), n))
+		}
+	}
+	return nil
+}
+
+func (a *Agent) appliedCommit() string {
+	if a.applied == nil {
+		return ""
+	}
+	return a.applied.commit
+}
+
+// reportTime is max(local clock, newest peer report at the last fetch +
+// time elapsed since), so that a node with a slow clock still looks alive.
+func (a *Agent) reportTime(now time.Time) time.Time {
+	t := now
+	if !a.newestPeer.IsZero() {
+		if peer := a.newestPeer.Add(now.Sub(a.fetchedAt)); peer.After(t) {
+			t = peer
+		}
+	}
+	return t.UTC().Truncate(time.Millisecond)
+}
+
+// pass plans with the freshest knowledge and reconciles.
+func (a *Agent) pass(ctx context.Context) {
+	a.health.lastPass.Store(time.Now().UnixNano())
+	if a.applied == nil {
+		return // nothing applied yet: nothing to do
+	}
+	defer a.health.ready.Store(true)
+	now := a.opts.Now()
+	own := a.ownReport(ctx, now)
+	reports := append(slices.Clone(a.peers), own)
+	m := a.applied.model
+	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: now})
+	a.plan = plan
+	a.metrics.Plan.Reset()
+	a.metrics.Plan.WithLabelValues(plan.PlanID).Set(1)
+	alive := 0
+	for _, n := range plan.Nodes {
+		if n.Alive {
+			alive++
+		}
+	}
+	a.metrics.NodesAlive.Set(float64(alive))
+
+	if m.Cluster.Suspend {
+		a.log.Debug("cluster suspended: nothing is changed")
+	} else {
+		start := time.Now()
+		res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports})
+		a.metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
+		if err != nil {
+			a.metrics.ReconcileErrors.Inc()
+			a.log.Error("reconcile pass failed", "err", err)
+		}
+		a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
+		if res.Created+res.Restarted+res.Replaced+res.Stopped+res.Removed > 0 {
+			a.log.Info("reconciled", "created", res.Created, "restarted", res.Restarted, "replaced", res.Replaced,
+				"stopped", res.Stopped, "removed", res.Removed, "errors", len(res.Errors), "plan", short(plan.PlanID))
+		}
+		a.network(ctx, m, plan)
+	}
+	a.updateInstanceMetrics(m)
+	a.publish(ctx, now)
+}
+
+// network points the proxies, VIPs and routes at the plan.
+func (a *Agent) network(ctx context.Context, m *render.Model, plan *planner.Plan) {
+	var services []proxy.Service
+	var vips []netip.Addr
+	for _, s := range plan.Services {
+		ps := proxy.Service{Name: s.Name, VIP: s.VIP, Port: s.Port}
+		for _, ep := range s.Endpoints {
+			ps.Endpoints = append(ps.Endpoints, netip.AddrPortFrom(ep.Address, uint16(s.Port)))
+		}
+		services = append(services, ps)
+		vips = append(vips, s.VIP)
+	}
+	opCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := a.opts.Driver.SetVIPs(opCtx, vips); err != nil {
+		a.log.Warn("service addresses", "err", err)
+	}
+	var routes []nodeexec.Route
+	for _, r := range plan.RoutesFor(a.opts.Node) {
+		routes = append(routes, nodeexec.Route{Dest: r.Dest, Via: r.Via})
+	}
+	if err := a.opts.Driver.SetRoutes(opCtx, routes); err != nil {
+		a.log.Warn("routes", "err", err)
+	}
+	if err := a.proxies.Set(services); err != nil {
+		a.log.Warn("service proxies", "err", err)
+	}
+}
+
+// ownReport builds this node's report from what it holds now.
+func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
+	r := report.Report{
+		Node: a.opts.Node, Time: a.reportTime(now), AgentVersion: a.opts.Version,
+		Commit: a.appliedCommit(), Refused: a.refused,
+	}
+	if a.plan != nil {
+		r.PlanID = a.plan.PlanID
+	}
+	if c, err := a.opts.Driver.Capacity(ctx); err == nil {
+		r.Capacity = report.Capacity{CPU: c.CPU, Memory: c.Memory}
+	}
+	instances, volumes, err := a.rec.Status(ctx)
+	if err != nil {
+		a.log.Warn("listing volumes", "err", err)
+	}
+	r.Instances, r.Volumes = instances, volumes
+	return r
+}
+
+// publish hands the report to the git worker when its content changed or
+// the report interval passed; the push never blocks the loop.
+func (a *Agent) publish(ctx context.Context, now time.Time) {
+	r := a.ownReport(ctx, now)
+	if a.plan != nil {
+		r.PlanID = a.plan.PlanID
+	}
+	t := r.Time
+	r.Time = time.Time{}
+	content := string(r.Marshal())
+	r.Time = t
+	interval := time.Duration(a.cluster.ReportInterval)
+	if interval == 0 {
+		interval = time.Duration(render.DefaultReportInterval)
+	}
+	if content == a.lastPublish.content && now.Sub(a.lastPublish.at) < interval {
+		return
+	}
+	a.lastPublish.content, a.lastPublish.at = content, now
+	a.git.publish(r)
+}
+
+func (a *Agent) onPublished(res publishResult) {
+	if res.err != nil {
+		a.metrics.ReportPushErrors.Inc()
+		a.metrics.SyncErrors.WithLabelValues("publish").Inc()
+		a.lastPublish.content = "" // try again at the next pass
+		a.log.Warn("report push failed; will retry", "err", res.err)
+		return
+	}
+	a.metrics.ReportPushes.Inc()
+}
+
+func (a *Agent) updateInstanceMetrics(m *render.Model) {
+	a.metrics.Instances.Reset()
+	a.metrics.InstanceInfo.Reset()
+	for _, s := range report.States {
+		a.metrics.Instances.WithLabelValues(string(s)).Set(0)
+	}
+	for name, st := range a.rec.Instances() {
+		a.metrics.Instances.WithLabelValues(string(st.State)).Inc()
+		a.metrics.InstanceInfo.WithLabelValues(name, st.Service, string(st.State)).Set(1)
+		if d := st.Restarts - a.restarted[name]; d > 0 {
+			a.metrics.InstanceRestarts.WithLabelValues(name).Add(float64(d))
+		}
+		a.restarted[name] = st.Restarts
+	}
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// versionLess compares dotted versions numerically ("0.10.0" > "0.9.1");
+// a development build ("0.1.0-dev") counts as its release.
+func versionLess(have, want string) bool {
+	parse := func(v string) []int {
+		v = strings.TrimPrefix(v, "v")
+		v, _, _ = strings.Cut(v, "-")
+		var out []int
+		for p := range strings.SplitSeq(v, ".") {
+			n := 0
+			for _, c := range p {
+				if c < '0' || c > '9' {
+					break
+				}
+				n = n*10 + int(c-'0')
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	h, w := parse(have), parse(want)
+	for i := range max(len(h), len(w)) {
+		var x, y int
+		if i < len(h) {
+			x = h[i]
+		}
+		if i < len(w) {
+			y = w[i]
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}

@@ -1,0 +1,274 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	gosync "sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+	"github.com/keel-dev/keel/sync"
+)
+
+// fetchResult is what one fetch found.
+type fetchResult struct {
+	err   error
+	stage string // fetch or read, when err is set
+	took  time.Duration
+
+	changedTip     bool
+	changedReports bool
+	commit         string
+	model          *render.Model
+	renderErr      error
+	reports        []report.Report
+	problems       []string
+}
+
+type publishResult struct{ err error }
+
+// gitWorker owns the mirrors: every git operation runs on its goroutine,
+// one at a time, so that fetches and report pushes never race on the
+// repository, and the loop never waits on the network.
+type gitWorker struct {
+	opts    Options
+	log     interface{ Warn(string, ...any) }
+	agent   *Agent
+	fetched chan fetchResult
+	// published carries push outcomes back to the loop.
+	published chan publishResult
+
+	wake chan struct{}
+	mu   gosync.Mutex
+	// Pending work, coalesced: one fetch, and the newest report.
+	wantFetch bool
+	report    *report.Report
+	cluster   render.Cluster
+}
+
+func newGitWorker(ctx context.Context, a *Agent) (*gitWorker, error) {
+	w := &gitWorker{
+		opts: a.opts, log: a.log, agent: a,
+		fetched: make(chan fetchResult), published: make(chan publishResult),
+		wake: make(chan struct{}, 1), cluster: a.cluster,
+	}
+	go w.run(ctx)
+	return w, nil
+}
+
+// fetch asks for a fetch; requests made while one runs collapse into one.
+func (w *gitWorker) fetch() {
+	w.mu.Lock()
+	w.wantFetch = true
+	w.cluster = w.agent.cluster
+	w.mu.Unlock()
+	w.poke()
+}
+
+// publish asks for r to be pushed; a newer report replaces one not yet sent.
+func (w *gitWorker) publish(r report.Report) {
+	w.mu.Lock()
+	w.report = &r
+	w.cluster = w.agent.cluster
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *gitWorker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *gitWorker) run(ctx context.Context) {
+	var (
+		spec, reports *sync.Mirror
+		prev          sync.Refs
+		prevReports   sync.Refs
+		first         = true
+		retry         = backoff.NewExponentialBackOff()
+		notBefore     time.Time
+		reportRepo    string
+	)
+	retry.InitialInterval = 500 * time.Millisecond
+	retry.MaxElapsedTime = 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		}
+		w.mu.Lock()
+		doFetch, rep, cluster := w.wantFetch, w.report, w.cluster
+		w.wantFetch, w.report = false, nil
+		w.mu.Unlock()
+		prefix := cluster.ReportRefPrefix
+		if prefix == "" {
+			prefix = render.DefaultReportRefPrefix
+		}
+		interval := time.Duration(cluster.ReportInterval)
+		if interval == 0 {
+			interval = time.Duration(render.DefaultReportInterval)
+		}
+		retry.MaxInterval = interval
+		if cluster.ReportRepo != reportRepo {
+			reports, reportRepo = nil, cluster.ReportRepo
+		}
+
+		if rep != nil {
+			nodeexec.CrashPoint(nodeexec.CrashBeforeReportPush)
+			err := w.push(ctx, &spec, &reports, reportRepo, prefix, *rep)
+			w.send(ctx, func() { w.published <- publishResult{err: err} })
+		}
+		if !doFetch {
+			continue
+		}
+		if now := time.Now(); now.Before(notBefore) {
+			// Backing off after a failure: try again when the delay is over.
+			time.AfterFunc(notBefore.Sub(now), w.fetchLater)
+			continue
+		}
+		start := time.Now()
+		res := w.fetchOnce(ctx, &spec, &reports, reportRepo, prefix, &prev, &prevReports, first)
+		res.took = time.Since(start)
+		if res.err != nil {
+			notBefore = time.Now().Add(retry.NextBackOff())
+		} else {
+			retry.Reset()
+			notBefore = time.Time{}
+			first = false
+		}
+		w.send(ctx, func() { w.fetched <- res })
+		if spec != nil && spec.NeedsCompaction() {
+			cctx, cancel := context.WithTimeout(ctx, 2*w.opts.GitTimeout)
+			if err := spec.Compact(cctx); err != nil {
+				w.log.Warn("compacting the mirror", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func (w *gitWorker) fetchLater() {
+	w.mu.Lock()
+	w.wantFetch = true
+	w.mu.Unlock()
+	w.poke()
+}
+
+// send delivers a result to the loop unless the agent is stopping.
+func (w *gitWorker) send(ctx context.Context, f func()) {
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+func (w *gitWorker) open(ctx context.Context, m **sync.Mirror, dir string, remote sync.Remote, prefix string) error {
+	if *m != nil {
+		return nil
+	}
+	mirror, err := sync.OpenMirror(ctx, filepath.Join(w.opts.StateDir, dir), remote, prefix)
+	if err != nil {
+		return err
+	}
+	*m = mirror
+	return nil
+}
+
+func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, prev, prevReports *sync.Refs, first bool) fetchResult {
+	ctx, cancel := context.WithTimeout(ctx, w.opts.GitTimeout)
+	defer cancel()
+	if err := w.open(ctx, spec, "repo", w.opts.Remote, prefix); err != nil {
+		return fetchResult{err: err, stage: "fetch"}
+	}
+	refs, err := (*spec).Fetch(ctx)
+	if err != nil {
+		return fetchResult{err: err, stage: "fetch"}
+	}
+	if refs.Tip.IsZero() {
+		return fetchResult{err: errors.New("branch " + w.opts.Remote.Branch + " not found in the repository"), stage: "fetch"}
+	}
+	reportRefs := refs
+	src := *spec
+	if reportRepo != "" {
+		remote := w.opts.Remote
+		remote.URL, remote.Branch = reportRepo, ""
+		if err := w.open(ctx, reports, "reports", remote, prefix); err != nil {
+			return fetchResult{err: err, stage: "fetch"}
+		}
+		if reportRefs, err = (*reports).Fetch(ctx); err != nil {
+			return fetchResult{err: err, stage: "fetch"}
+		}
+		src = *reports
+	}
+	res := fetchResult{
+		changedTip:     first || refs.Tip != prev.Tip,
+		changedReports: first || !sameReports(reportRefs, *prevReports),
+		commit:         refs.Tip.String(),
+	}
+	if res.changedReports {
+		res.reports, res.problems, err = src.Reports()
+		if err != nil {
+			return fetchResult{err: err, stage: "read"}
+		}
+	} else {
+		res.reports = nil
+	}
+	if res.changedTip {
+		c, err := (*spec).Commit(refs.Tip)
+		if err != nil {
+			return fetchResult{err: err, stage: "read"}
+		}
+		dir := filepath.Join(w.opts.StateDir, "specs", res.commit)
+		if _, err := os.Stat(dir); err != nil {
+			if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+				return fetchResult{err: err, stage: "read"}
+			}
+			if err := sync.Snapshot(c, dir); err != nil {
+				return fetchResult{err: err, stage: "read"}
+			}
+		}
+		res.model, res.renderErr = render.Render(os.DirFS(dir))
+	}
+	*prev, *prevReports = refs, reportRefs
+	return res
+}
+
+func sameReports(a, b sync.Refs) bool {
+	if len(a.Reports) != len(b.Reports) {
+		return false
+	}
+	for k, v := range a.Reports {
+		if b.Reports[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *gitWorker) push(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, r report.Report) error {
+	ctx, cancel := context.WithTimeout(ctx, w.opts.GitTimeout)
+	defer cancel()
+	target := spec
+	remote := w.opts.Remote
+	dir := "repo"
+	if reportRepo != "" {
+		target, dir = reports, "reports"
+		remote.URL, remote.Branch = reportRepo, ""
+	}
+	if err := w.open(ctx, target, dir, remote, prefix); err != nil {
+		return err
+	}
+	_, err := (*target).Publish(ctx, w.opts.Node, r.Marshal(), r.Time)
+	return err
+}

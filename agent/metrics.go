@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the agent's Prometheus metrics (docs/metrics.md lists them).
+type Metrics struct {
+	SyncDuration      prometheus.Histogram
+	SyncErrors        *prometheus.CounterVec
+	SyncLastSuccess   prometheus.Gauge
+	Commit            *prometheus.GaugeVec
+	CommitRefused     *prometheus.GaugeVec
+	ReconcileDuration prometheus.Histogram
+	ReconcileErrors   prometheus.Counter
+	Instances         *prometheus.GaugeVec
+	InstanceInfo      *prometheus.GaugeVec
+	InstanceRestarts  *prometheus.CounterVec
+	NodesAlive        prometheus.Gauge
+	ReportPushErrors  prometheus.Counter
+	ReportPushes      prometheus.Counter
+	Plan              *prometheus.GaugeVec
+}
+
+// NewMetrics registers the agent's metrics, and the Go and process
+// collectors, on reg.
+func NewMetrics(reg *prometheus.Registry) *Metrics {
+	m := &Metrics{
+		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "keel_sync_duration_seconds", Help: "Time to fetch the cluster repository and read its new commit and reports.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		SyncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_sync_errors_total", Help: "Failed syncs, by reason (fetch, read, publish).",
+		}, []string{"reason"}),
+		SyncLastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keel_sync_last_success_timestamp_seconds", Help: "Unix time of the last successful fetch.",
+		}),
+		Commit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_commit_info", Help: "The spec commit applied (value 1).",
+		}, []string{"commit"}),
+		CommitRefused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_commit_refused_info", Help: "The newest commit, when it was refused, and why (value 1).",
+		}, []string{"commit", "reason"}),
+		ReconcileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "keel_reconcile_duration_seconds", Help: "Time of one reconcile pass.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60},
+		}),
+		ReconcileErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keel_reconcile_errors_total", Help: "Errors met by reconcile passes (one per failing instance and pass).",
+		}),
+		Instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_instances", Help: "Instances this node holds, by state.",
+		}, []string{"state"}),
+		InstanceInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_instance_info", Help: "Each instance this node holds (value 1).",
+		}, []string{"instance", "service", "state"}),
+		InstanceRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_instance_restarts_total", Help: "Restarts of each instance on this node.",
+		}, []string{"instance"}),
+		NodesAlive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keel_nodes_alive", Help: "Nodes alive in this node's plan.",
+		}),
+		ReportPushErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keel_report_push_errors_total", Help: "Failed pushes of this node's report.",
+		}),
+		ReportPushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "keel_report_pushes_total", Help: "Pushes of this node's report.",
+		}),
+		Plan: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_plan_info", Help: "The plan this node applies (value 1).",
+		}, []string{"plan_id"}),
+	}
+	reg.MustRegister(m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
+		m.ReconcileDuration, m.ReconcileErrors, m.Instances, m.InstanceInfo, m.InstanceRestarts,
+		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range []string{"fetch", "read", "publish"} {
+		m.SyncErrors.WithLabelValues(r)
+	}
+	return m
+}

@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/keel-dev/keel/agent"
+	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/fake"
+	"github.com/keel-dev/keel/nodeexec/process"
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/sync"
+)
+
+func (e *env) agentCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent: pull the cluster repository, plan, reconcile, report",
+		Long: `Agent runs on every node. It clones the cluster repository into the state
+directory, fetches it every --poll (and at once when a local repository's refs
+change), applies each new commit that renders without errors, works out from
+the specs and the other nodes' reports which instances are its own, makes the
+node match, and publishes its report on refs/keel/reports/<node>.
+
+Credentials come from files (--ssh-key with --known-hosts, or --token-file),
+never from the URL. Instances keep running when the agent stops; SIGTERM
+stops the agent cleanly. See docs/agent.md.`,
+		Example: `  keel agent --repo ssh://git@git.example.com/infra/cluster.git --node fra1 \
+    --state-dir /var/db/keel --ssh-key /usr/local/etc/keel/id_ed25519 \
+    --known-hosts /usr/local/etc/keel/known_hosts --metrics-listen :9273`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	repo := f.String("repo", "", "the cluster repository: a path, file://, https:// or ssh:// URL (required)")
+	node := f.String("node", "", "this node's name, as in nodes/<name>.yaml (required)")
+	stateDir := f.String("state-dir", "", "where the agent keeps its clone, state, instances and volumes (required)")
+	branch := f.String("branch", "main", "the branch that holds the specs")
+	driverName := f.String("driver", "process", "how instances run: process (Linux, no root), fake (in memory), freebsd")
+	poll := f.Duration("poll", 10*time.Second, "how often to fetch the repository")
+	metrics := f.String("metrics-listen", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9273)")
+	sshKey := f.String("ssh-key", "", "private key file for ssh:// repositories")
+	knownHosts := f.String("known-hosts", "", "known_hosts file for ssh:// repositories (required with --ssh-key)")
+	tokenFile := f.String("token-file", "", "file holding a token for https:// repositories")
+	socket := f.String("socket", "", "the local API socket (default <state-dir>/keel.sock)")
+	logFormat := f.String("log-format", "text", "log format: text or json")
+	logLevel := f.String("log-level", "info", "log level: debug, info, warn or error")
+	reconcile := f.Duration("reconcile-interval", 5*time.Second, "time between reconcile passes")
+	stopGrace := f.Duration("stop-grace", 10*time.Second, "how long an instance has to stop before it is killed")
+	noWatch := f.Bool("no-watch", false, "do not watch a local repository for changes (poll only)")
+	for _, name := range []string{"repo", "node", "state-dir"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := render.CheckName(*node); err != nil {
+			return fmt.Errorf("--node: %w", err)
+		}
+		logger, err := newLogger(e.stderr, *logFormat, *logLevel)
+		if err != nil {
+			return err
+		}
+		abs, err := filepath.Abs(*stateDir)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(abs, 0o700); err != nil {
+			return err
+		}
+		driver, err := newDriver(*driverName, abs, logger)
+		if err != nil {
+			return err
+		}
+		reg := prometheus.NewRegistry()
+		a, err := agent.New(agent.Options{
+			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
+			Remote: sync.Remote{URL: *repo, Branch: *branch, SSHKeyFile: *sshKey, KnownHostsFile: *knownHosts, TokenFile: *tokenFile},
+			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch,
+		})
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithCancel(e.ctx)
+		defer cancel()
+		sock := *socket
+		if sock == "" {
+			sock = filepath.Join(abs, "keel.sock")
+		}
+		go func() {
+			if err := a.ServeSocket(ctx, sock); err != nil {
+				logger.Error("local API", "socket", sock, "err", err)
+			}
+		}()
+		if *metrics != "" {
+			l, err := net.Listen("tcp", *metrics)
+			if err != nil {
+				return fmt.Errorf("--metrics-listen: %w", err)
+			}
+			srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
+			go func() { _ = srv.Serve(l) }()
+			go func() {
+				<-ctx.Done()
+				_ = srv.Close()
+			}()
+			logger.Info("metrics", "listen", l.Addr().String())
+		}
+		return a.Run(ctx)
+	}
+	return cmd
+}
+
+func newDriver(name, stateDir string, logger *slog.Logger) (nodeexec.Driver, error) {
+	switch name {
+	case "process":
+		return process.New(process.Options{StateDir: stateDir, Logger: logger})
+	case "fake":
+		return fake.New(), nil
+	case "freebsd":
+		return nil, errors.New("--driver freebsd: the FreeBSD driver is not part of this build yet; use process or fake")
+	}
+	return nil, fmt.Errorf("--driver %q: want process, fake or freebsd", name)
+}
+
+func newLogger(w interface{ Write([]byte) (int, error) }, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

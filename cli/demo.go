@@ -1,0 +1,173 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keel-dev/keel/localcluster"
+	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/report"
+)
+
+// demoFiles are the demo cluster's workloads: repo-example's, on loopback,
+// each instance running keel's own demo-web service.
+func demoFiles(keel string) map[string]string {
+	return map[string]string{
+		"apps/web.yaml": fmt.Sprintf(`# A stateless web service: three replicas behind one VIP.
+# Try: change replicas or GREETING, then commit and git push.
+apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+spec:
+  replicas: 3
+  port: 8080
+  template:
+    image: base/demo
+    command: [%q, demo-web, --port, "8080"]
+    env:
+      GREETING: hello
+    resources: {cpu: 100m, memory: 64M}
+`, keel),
+		"apps/db.yaml": fmt.Sprintf(`# A stateful service: each replica keeps its request count in its volume,
+# and stays pinned to its node by keel.lock.
+apiVersion: keel/v1
+kind: Service
+metadata:
+  name: db
+spec:
+  replicas: 2
+  port: 5432
+  template:
+    image: base/demo
+    command: [%q, demo-web, --port, "5432", --data, "${KEEL_VOLUME_DATA}"]
+    resources: {cpu: 100m, memory: 64M}
+    volumes:
+      - name: data
+        mountPath: /var/db
+`, keel),
+		"jails/exporter.yaml": fmt.Sprintf(`apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: exporter
+spec:
+  image: base/demo
+  command: [%q, demo-web, --port, "9100"]
+  node: n2
+  resources: {cpu: 50m, memory: 32M}
+`, keel),
+	}
+}
+
+func (e *env) demoCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a local three-node cluster on the process driver, deployed by git push",
+		Long: `Demo creates a git repository with a demo cluster (a web Service with three
+replicas, a stateful db Service with volumes, a plain jail), starts three
+agents on the process driver (no root needed: instances are processes on
+loopback addresses), waits until every instance runs, and prints how to
+reach them and how to deploy a change with git push. Ctrl-C stops the
+agents and every instance, and removes the demo directory unless --dir
+was given.`,
+		Args: cobra.NoArgs,
+	}
+	dir := cmd.Flags().String("dir", "", "keep the demo in this directory (default: a temporary one, removed at the end)")
+	timeout := cmd.Flags().Duration("timeout", 2*time.Minute, "how long to wait for the cluster to converge")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		keel, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		root := *dir
+		if root == "" {
+			if root, err = os.MkdirTemp("", "keel-demo-"); err != nil {
+				return err
+			}
+			defer os.RemoveAll(root)
+		}
+		c, err := localcluster.New(localcluster.Options{Dir: root, Keel: keel, Files: demoFiles(keel)})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			fmt.Fprintln(e.stdout, "\nstopping the agents and every instance...")
+			c.Teardown()
+		}()
+		for _, n := range c.Nodes {
+			if err := c.Start(n); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(e.stdout, "keel demo: 3 agents started in %s; waiting for the cluster to converge...\n", root)
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(e.ctx, *timeout)
+		err = c.WaitConverged(wctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("the demo cluster did not converge (agent logs: %s): %w", filepath.Join(root, "nodes", "*", "agent.log"), err)
+		}
+		fmt.Fprintf(e.stdout, "converged in %s\n\n", time.Since(start).Round(100*time.Millisecond))
+		e.printDemo(c)
+		<-e.ctx.Done()
+		return nil
+	}
+	return cmd
+}
+
+func (e *env) printDemo(c *localcluster.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tINSTANCE\tSTATE\tADDRESS")
+	var plan *planner.Plan
+	for _, n := range c.Nodes {
+		st, err := c.Status(ctx, n)
+		if err != nil {
+			continue
+		}
+		for _, in := range st.Report.Instances {
+			if in.State == report.StateRunning {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", n, in.Name, in.State, in.Address)
+			}
+		}
+	}
+	w.Flush()
+	if m, err := c.Model(); err == nil {
+		plan = planner.Compute(planner.Input{Model: m, Now: time.Now(), AssumeAlive: true})
+		fmt.Fprintln(e.stdout, "\nServices (every node proxies each VIP):")
+		for _, s := range plan.Services {
+			fmt.Fprintf(e.stdout, "  %-6s curl http://%s:%d/\n", s.Name, s.VIP, s.Port)
+		}
+	}
+	fmt.Fprintln(e.stdout, "\nMetrics:")
+	for _, n := range c.Nodes {
+		fmt.Fprintf(e.stdout, "  %s  http://%s/metrics\n", n, c.Metrics[n])
+	}
+	fmt.Fprintf(e.stdout, `
+Deploy a change with git push, from the demo's work tree:
+  cd %s
+  sed -i 's/replicas: 3/replicas: 5/' apps/web.yaml
+  %s lock && git commit -qam "scale web to 5" && git push -q origin main
+
+Then watch it converge:
+  %s node status --state-dir %s
+  %s plan --repo %s --reports-remote origin
+
+Press Ctrl-C to stop the demo.
+`, c.Work, shellQuote(os.Args[0]), shellQuote(os.Args[0]), c.StateDir(c.Nodes[0]), shellQuote(os.Args[0]), c.Work)
+}
+
+func shellQuote(s string) string {
+	if !strings.ContainsAny(s, " '\"$\\") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,417 @@
+// Package localcluster runs a whole Keel cluster on one machine: a bare git
+// repository served by git's own binaries, and several keel agent processes
+// on the process driver, each with its own state directory, all on
+// loopback addresses. keel demo and the end-to-end tests are built on it.
+package localcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/keel-dev/keel/agent"
+	"github.com/keel-dev/keel/nodeexec/process"
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+)
+
+// Options describes a local cluster.
+type Options struct {
+	// Dir holds everything: the repositories and one state directory per
+	// node. It is created.
+	Dir string
+	// Keel is the keel binary the agents run.
+	Keel string
+	// Nodes are the node names (default n1, n2, n3); the first is labelled
+	// keel.dev/ingress=true.
+	Nodes []string
+	// PodCIDR and ServiceCIDR default to a random pair of /16s of
+	// 127.0.0.0/8, so that clusters running side by side never collide.
+	PodCIDR, ServiceCIDR netip.Prefix
+	// LivenessTTL and ReportInterval of the cluster (default 9 s and 3 s).
+	LivenessTTL, ReportInterval time.Duration
+	// Poll is the agents' --poll (default 2 s).
+	Poll time.Duration
+	// Files are the workload specs to commit first, by path.
+	Files map[string]string
+	// AgentArgs are extra flags for every agent.
+	AgentArgs []string
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	Options
+	Bare string // the repository the agents pull, as a path
+	Work string // a work tree to commit from
+	// Metrics maps each node to its agent's metrics address.
+	Metrics map[string]string
+	agents  map[string]*exec.Cmd
+	exited  map[string]chan error
+}
+
+// New creates the repositories with the cluster, nodes and Files committed
+// (and locked), but starts no agent.
+func New(opts Options) (*Cluster, error) {
+	if len(opts.Nodes) == 0 {
+		opts.Nodes = []string{"n1", "n2", "n3"}
+	}
+	if !opts.PodCIDR.IsValid() || !opts.ServiceCIDR.IsValid() {
+		a := 20 + rand.IntN(200)
+		opts.PodCIDR = netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/16", a))
+		opts.ServiceCIDR = netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/16", a+1))
+	}
+	if opts.LivenessTTL == 0 {
+		opts.LivenessTTL = 9 * time.Second
+	}
+	if opts.ReportInterval == 0 {
+		opts.ReportInterval = opts.LivenessTTL / 3
+	}
+	if opts.Poll == 0 {
+		opts.Poll = 2 * time.Second
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	opts.Dir = dir
+	c := &Cluster{Options: opts, Bare: filepath.Join(dir, "cluster.git"), Work: filepath.Join(dir, "cluster"),
+		Metrics: map[string]string{}, agents: map[string]*exec.Cmd{}, exited: map[string]chan error{}}
+	if err := os.MkdirAll(c.Work, 0o755); err != nil {
+		return nil, err
+	}
+	if _, err := c.git(dir, "init", "-q", "--bare", "-b", "main", c.Bare); err != nil {
+		return nil, err
+	}
+	if _, err := c.git(c.Work, "init", "-q", "-b", "main"); err != nil {
+		return nil, err
+	}
+	if _, err := c.git(c.Work, "remote", "add", "origin", c.Bare); err != nil {
+		return nil, err
+	}
+	// So that a person can commit in the work tree without a git identity.
+	for _, kv := range [][2]string{{"user.name", "keel demo"}, {"user.email", "demo@keel.invalid"}} {
+		if _, err := c.git(c.Work, "config", kv[0], kv[1]); err != nil {
+			return nil, err
+		}
+	}
+	files := map[string]string{"cluster.yaml": c.clusterYAML()}
+	for i, n := range opts.Nodes {
+		files["nodes/"+n+".yaml"] = c.nodeYAML(i, n)
+	}
+	for k, v := range opts.Files {
+		files[k] = v
+	}
+	if _, err := c.Commit("a local Keel cluster", files); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) clusterYAML() string {
+	return fmt.Sprintf(`apiVersion: keel/v1
+kind: Cluster
+metadata:
+  name: local
+spec:
+  podCIDR: %s
+  serviceCIDR: %s
+  livenessTTL: %s
+  reportInterval: %s
+`, c.PodCIDR, c.ServiceCIDR, c.LivenessTTL, c.ReportInterval)
+}
+
+// nodeYAML gives node i the address 127.0.1.(i+1) and the i-th /24 of the
+// pod CIDR.
+func (c *Cluster) nodeYAML(i int, name string) string {
+	labels := ""
+	if i == 0 {
+		labels = "\n  labels:\n    keel.dev/ingress: \"true\""
+	}
+	b := c.PodCIDR.Addr().As4()
+	return fmt.Sprintf(`apiVersion: keel/v1
+kind: Node
+metadata:
+  name: %s%s
+spec:
+  address: 127.0.1.%d
+  podCIDR: %d.%d.%d.0/24
+  capacity: {cpu: "8", memory: 8G}
+`, name, labels, i+1, b[0], b[1], i+1)
+}
+
+// git runs git with a configuration of its own, never the user's.
+func (c *Cluster) git(dir string, args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=keel demo", "GIT_AUTHOR_EMAIL=demo@keel.invalid",
+		"GIT_COMMITTER_NAME=keel demo", "GIT_COMMITTER_EMAIL=demo@keel.invalid")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Commit writes files into the work tree (an empty content removes the
+// file), runs keel lock when the specs are valid, commits and pushes. It
+// returns the new commit.
+func (c *Cluster) Commit(msg string, files map[string]string) (string, error) {
+	for path, content := range files {
+		p := filepath.Join(c.Work, filepath.FromSlash(path))
+		if content == "" {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return "", err
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	if _, err := render.Render(os.DirFS(c.Work)); err == nil {
+		lock := exec.Command(c.Keel, "lock", "--repo", c.Work)
+		if out, err := lock.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("keel lock: %w: %s", err, out)
+		}
+	}
+	if _, err := c.git(c.Work, "add", "-A"); err != nil {
+		return "", err
+	}
+	if _, err := c.git(c.Work, "commit", "-q", "--allow-empty", "-m", msg); err != nil {
+		return "", err
+	}
+	if _, err := c.git(c.Work, "push", "-q", "-f", "origin", "main"); err != nil {
+		return "", err
+	}
+	return c.git(c.Work, "rev-parse", "HEAD")
+}
+
+// StateDir is the state directory of node's agent.
+func (c *Cluster) StateDir(node string) string { return filepath.Join(c.Dir, "nodes", node) }
+
+// Start starts node's agent; env adds environment variables (crash points).
+func (c *Cluster) Start(node string, env ...string) error {
+	if cmd := c.agents[node]; cmd != nil {
+		return fmt.Errorf("agent %s already runs", node)
+	}
+	state := c.StateDir(node)
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.Metrics[node] = fmt.Sprintf("127.0.0.1:%d", port)
+	args := append([]string{"agent", "--repo", c.Bare, "--node", node, "--state-dir", state,
+		"--poll", c.Poll.String(), "--metrics-listen", c.Metrics[node], "--reconcile-interval", "1s", "--stop-grace", "3s"}, c.AgentArgs...)
+	cmd := exec.Command(c.Keel, args...)
+	logf, err := os.OpenFile(filepath.Join(state, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	cmd.Env = append(cmd.Env, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); logf.Close() }()
+	c.agents[node], c.exited[node] = cmd, done
+	return nil
+}
+
+// Running reports whether node's agent runs.
+func (c *Cluster) Running(node string) bool { return c.agents[node] != nil }
+
+// Exited waits until node's agent exits by itself (a crash point) or ctx ends.
+func (c *Cluster) Exited(ctx context.Context, node string) error {
+	done := c.exited[node]
+	if done == nil {
+		return fmt.Errorf("agent %s does not run", node)
+	}
+	select {
+	case <-done:
+		delete(c.agents, node)
+		delete(c.exited, node)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stop stops node's agent: SIGTERM (a clean stop; instances keep running)
+// or SIGKILL.
+func (c *Cluster) Stop(node string, sig syscall.Signal) error {
+	cmd := c.agents[node]
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-c.exited[node]:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-c.exited[node]
+	}
+	delete(c.agents, node)
+	delete(c.exited, node)
+	return nil
+}
+
+// Status asks node's agent for its status over its socket.
+func (c *Cluster) Status(ctx context.Context, node string) (agent.Status, error) {
+	var st agent.Status
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", filepath.Join(c.StateDir(node), "keel.sock"))
+		}}}
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://keel/v1/status", nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("status of %s: %s", node, resp.Status)
+	}
+	return st, json.Unmarshal(body, &st)
+}
+
+// Tip is the commit on main in the served repository.
+func (c *Cluster) Tip() (string, error) { return c.git(c.Bare, "rev-parse", "main") }
+
+// Model renders the work tree's specs.
+func (c *Cluster) Model() (*render.Model, error) { return render.Render(os.DirFS(c.Work)) }
+
+// Converged reports whether every agent runs the tip commit and the
+// cluster runs exactly its instances: each on one alive node, running its
+// current spec. The string says what is missing.
+func (c *Cluster) Converged(ctx context.Context) (bool, string) {
+	tip, err := c.Tip()
+	if err != nil {
+		return false, err.Error()
+	}
+	m, err := c.Model()
+	if err != nil {
+		return false, err.Error()
+	}
+	runningOn := map[string][]string{}
+	for _, node := range c.Nodes {
+		if !c.Running(node) {
+			continue
+		}
+		st, err := c.Status(ctx, node)
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v", node, err)
+		}
+		if st.Applied != tip {
+			return false, fmt.Sprintf("%s applied %.10s, not the tip %.10s", node, st.Applied, tip)
+		}
+		for _, in := range st.Report.Instances {
+			inst := m.Instance(in.Name)
+			if in.State != report.StateRunning {
+				continue
+			}
+			if inst == nil {
+				return false, fmt.Sprintf("%s still runs %s, which is not in the specs", node, in.Name)
+			}
+			if in.SpecHash != inst.SpecHash {
+				return false, fmt.Sprintf("%s runs %s at an old spec", node, in.Name)
+			}
+			runningOn[in.Name] = append(runningOn[in.Name], node)
+		}
+	}
+	for _, inst := range m.Instances {
+		switch n := runningOn[inst.Name]; len(n) {
+		case 0:
+			return false, inst.Name + " runs nowhere"
+		case 1:
+		default:
+			return false, fmt.Sprintf("%s runs on %s", inst.Name, strings.Join(n, " and "))
+		}
+	}
+	return true, ""
+}
+
+// WaitConverged waits until Converged, or returns the last reason.
+func (c *Cluster) WaitConverged(ctx context.Context) error {
+	return c.WaitFor(ctx, func() (bool, string) { return c.Converged(ctx) })
+}
+
+// WaitFor polls cond every 100 ms until it holds or ctx ends.
+func (c *Cluster) WaitFor(ctx context.Context, cond func() (bool, string)) error {
+	why := ""
+	for {
+		ok, reason := cond()
+		if ok {
+			return nil
+		}
+		why = reason
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s", ctx.Err(), why)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Teardown stops every agent and every instance, and leaves Dir in place.
+func (c *Cluster) Teardown() {
+	for _, node := range slices.Sorted(mapKeys(c.agents)) {
+		_ = c.Stop(node, syscall.SIGTERM)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, node := range c.Nodes {
+		d, err := process.New(process.Options{StateDir: c.StateDir(node)})
+		if err != nil {
+			continue
+		}
+		running, _ := d.Running(ctx)
+		for name := range running {
+			_ = d.Stop(ctx, name, 2*time.Second)
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}

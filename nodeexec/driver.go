@@ -1,0 +1,128 @@
+// Package nodeexec makes a node match its share of the plan: the reconciler
+// and its crash-safe state, written against small Driver interfaces that the
+// process, fake and freebsd drivers implement, plus the data plane (service
+// proxies). It is the only place, with sync and providers, that changes the
+// machine it runs on.
+package nodeexec
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/keel-dev/keel/render"
+)
+
+// InstanceSpec is everything a driver needs to run one instance.
+type InstanceSpec struct {
+	Name    string
+	Service string // empty for a Jail
+	Node    string
+	Address netip.Addr
+	Spec    render.JailSpec
+	// SpecHash is recorded with the running instance, so that a restarted
+	// agent knows which spec a process it adopts was started with.
+	SpecHash string
+	// Volumes maps each volume name of Spec.Volumes to its path on the
+	// host, as returned by EnsureVolume.
+	Volumes map[string]string
+}
+
+// Process identifies a running instance so that an agent restarted at any
+// moment recognises it: the PID (or JID) and its start time, never the
+// number alone, since numbers are reused.
+type Process struct {
+	PID       int
+	StartTime uint64 // opaque, driver-defined; compared for equality only
+	SpecHash  string // the spec hash the instance was started with
+	Started   time.Time
+}
+
+// Exit is how an instance's process ended.
+type Exit struct {
+	// Code is the exit code; -1 when the process was killed by a signal
+	// or when it was adopted and its status cannot be known.
+	Code int
+	// Known is false when the driver did not see the exit itself (the
+	// process was started by an earlier agent run).
+	Known bool
+	At    time.Time
+}
+
+// Failed reports whether the exit counts as a failure for OnFailure.
+func (e Exit) Failed() bool { return !e.Known || e.Code != 0 }
+
+// ErrNotFound is returned for an instance or volume the driver does not hold.
+var ErrNotFound = errors.New("not found")
+
+// ErrBusy is returned when deleting a volume that a running instance mounts.
+var ErrBusy = errors.New("in use")
+
+// Instances runs jails (or their stand-ins). Implementations are safe for
+// concurrent use; the reconciler calls them from one goroutine.
+type Instances interface {
+	// Running lists the instances that run now, found from the system
+	// itself (jls, /proc) and not from any file of the agent's, so that
+	// nothing started before a crash is missed.
+	Running(ctx context.Context) (map[string]Process, error)
+	// Exited returns how the named instance's last process ended, when it
+	// ended since the driver started; ok is false otherwise.
+	Exited(name string) (Exit, bool)
+	// Start creates the instance's root (or jail) when missing and starts its
+	// command. It returns ErrAlreadyRunning, with the process, if the
+	// instance already runs: a driver never starts a second copy.
+	Start(ctx context.Context, spec InstanceSpec) (Process, error)
+	// Stop asks the instance's command to stop (SIGTERM or jail -r), waits
+	// up to grace, then kills it, and returns once it is gone. Stopping an
+	// instance that does not run is not an error.
+	Stop(ctx context.Context, name string, grace time.Duration) error
+	// Destroy removes the instance's root (never its volumes). It must not
+	// run. Destroying an instance that does not exist is not an error.
+	Destroy(ctx context.Context, name string) error
+	// Apply applies resource limits to a running instance (rctl) without a
+	// restart.
+	Apply(ctx context.Context, name string, r render.Resources) error
+	// Logs returns the tail of the instance's output, at most max bytes.
+	Logs(name string, max int) ([]byte, error)
+}
+
+// ErrAlreadyRunning is returned by Start when the instance already runs.
+var ErrAlreadyRunning = errors.New("already running")
+
+// Volumes holds persistent data that outlives instances.
+type Volumes interface {
+	// EnsureVolume creates the volume when missing and returns its path on
+	// the host. size 0 means no quota.
+	EnsureVolume(ctx context.Context, name string, size render.Bytes) (string, error)
+	// Volumes lists the volumes that exist.
+	Volumes(ctx context.Context) ([]string, error)
+	// DeleteVolume destroys a volume and its data for good.
+	DeleteVolume(ctx context.Context, name string) error
+}
+
+// Network attaches addresses and routes.
+type Network interface {
+	// SetVIPs makes the node answer on exactly these service addresses
+	// (adding and removing aliases as needed).
+	SetVIPs(ctx context.Context, vips []netip.Addr) error
+	// SetRoutes installs exactly these routes to other nodes' subnets.
+	SetRoutes(ctx context.Context, routes []Route) error
+}
+
+// Route sends a subnet to a gateway.
+type Route struct {
+	Dest netip.Prefix
+	Via  netip.Addr
+}
+
+// Driver is everything a node needs.
+type Driver interface {
+	Instances
+	Volumes
+	Network
+	// Capacity is what the node can give to instances.
+	Capacity(ctx context.Context) (render.Resources, error)
+	// Name identifies the driver in logs and reports ("process", "fake").
+	Name() string
+}

@@ -1,0 +1,117 @@
+package fake_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/drivertest"
+	"github.com/keel-dev/keel/nodeexec/fake"
+	"github.com/keel-dev/keel/render"
+)
+
+func TestConformance(t *testing.T) {
+	drivertest.Run(t, func(t *testing.T) nodeexec.Driver { return fake.New() })
+}
+
+func spec(name string) nodeexec.InstanceSpec {
+	return nodeexec.InstanceSpec{Name: name, SpecHash: "h1", Spec: render.JailSpec{Command: []string{"run"}}}
+}
+
+func TestControls(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	d := fake.New()
+	d.SetClock(func() time.Time { return now })
+
+	boom := errors.New("boom")
+	d.FailNextStart("web-0", boom)
+	if _, err := d.Start(ctx, spec("web-0")); !errors.Is(err, boom) {
+		t.Fatalf("Start after FailNextStart: %v, want boom", err)
+	}
+	if d.Starts("web-0") != 0 {
+		t.Errorf("a failed start counted")
+	}
+	p, err := d.Start(ctx, spec("web-0"))
+	if err != nil {
+		t.Fatalf("the start after the failed one: %v", err)
+	}
+	if !p.Started.Equal(now) {
+		t.Errorf("Started = %v, want the injected clock's %v", p.Started, now)
+	}
+
+	now = now.Add(time.Minute)
+	if err := d.Crash("web-0", 2); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := d.Exited("web-0"); !ok || e != (nodeexec.Exit{Code: 2, Known: true, At: now}) {
+		t.Errorf("Exited = %+v, %v", e, ok)
+	}
+	if err := d.Crash("web-0", 2); !errors.Is(err, nodeexec.ErrNotFound) {
+		t.Errorf("Crash of a stopped instance: %v, want ErrNotFound", err)
+	}
+
+	// Across an agent restart, exits are no longer known.
+	p2, _ := d.Start(ctx, spec("web-0"))
+	d.AgentRestart()
+	if _, ok := d.Exited("web-0"); ok {
+		t.Errorf("an exit survived AgentRestart")
+	}
+	if r, _ := d.Running(ctx); r["web-0"] != p2 {
+		t.Errorf("Running after AgentRestart = %+v, want %+v", r, p2)
+	}
+	if _, err := d.Start(ctx, spec("web-0")); !errors.Is(err, nodeexec.ErrAlreadyRunning) {
+		t.Errorf("Start of an adopted instance: %v, want ErrAlreadyRunning", err)
+	}
+	if err := d.Crash("web-0", 0); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := d.Exited("web-0"); !ok || e.Known || e.Code != -1 {
+		t.Errorf("Exited of an adopted instance = %+v, %v; want unknown, code -1", e, ok)
+	}
+	if d.Starts("web-0") != 2 {
+		t.Errorf("Starts = %d, want 2", d.Starts("web-0"))
+	}
+
+	// Stop sends SIGTERM, and SIGKILL to an instance that ignores it.
+	d.Start(ctx, spec("web-0"))
+	d.Stop(ctx, "web-0", time.Second)
+	d.Start(ctx, spec("web-0"))
+	if err := d.IgnoreTerm("web-0"); err != nil {
+		t.Fatal(err)
+	}
+	d.Stop(ctx, "web-0", time.Second)
+	if got, want := d.Signals("web-0"), []string{fake.SIGTERM, fake.SIGTERM, fake.SIGKILL}; !slices.Equal(got, want) {
+		t.Errorf("Signals = %v, want %v", got, want)
+	}
+
+	if err := d.WriteLog("web-0", []byte("one\ntwo\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := d.Logs("web-0", 4); string(b) != "two\n" {
+		t.Errorf("Logs(4) = %q", b)
+	}
+	d.Apply(ctx, "web-0", render.Resources{CPU: 250})
+	if r, ok := d.Applied("web-0"); !ok || r.CPU != 250 {
+		t.Errorf("Applied = %+v, %v", r, ok)
+	}
+	if got := d.Instances(); !slices.Equal(got, []string{"web-0"}) {
+		t.Errorf("Instances = %v", got)
+	}
+
+	d.SetCapacity(render.Resources{CPU: 1500, Memory: 1 << 30})
+	if c, _ := d.Capacity(ctx); c.CPU != 1500 {
+		t.Errorf("Capacity = %+v", c)
+	}
+	vips := []netip.Addr{netip.MustParseAddr("10.201.0.5")}
+	routes := []nodeexec.Route{{Dest: netip.MustParsePrefix("10.200.3.0/24"), Via: netip.MustParseAddr("192.0.2.3")}}
+	d.SetVIPs(ctx, vips)
+	d.SetRoutes(ctx, routes)
+	if !slices.Equal(d.VIPs(), vips) || !slices.Equal(d.Routes(), routes) {
+		t.Errorf("VIPs, Routes = %v, %v", d.VIPs(), d.Routes())
+	}
+}

@@ -1,0 +1,29 @@
+//go:build linux
+
+package process
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+const pPID = 1 // idtype_t P_PID
+
+// waitExited blocks until the child pid has exited, without reaping it: the
+// zombie keeps the PID, and so the number of its process group, reserved
+// while the driver kills what is left of the group.
+func waitExited(pid int) error {
+	var info [128]byte // siginfo_t; not needed, but the kernel writes it
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
+			uintptr(unsafe.Pointer(&info)), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		switch errno {
+		case 0:
+			return nil
+		case syscall.EINTR:
+			continue
+		default:
+			return errno
+		}
+	}
+}
