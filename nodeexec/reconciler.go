@@ -264,7 +264,7 @@ func (r *Reconciler) ensure(ctx context.Context, d Desired, inst *render.Instanc
 			res.Replaced++
 		}
 		_ = proc
-		return r.start(ctx, d, inst, spec, st, now, res, true)
+		return r.start(ctx, d, inst, spec, st, now, res, startUpdate)
 	}
 	if st != nil {
 		switch st.State {
@@ -285,8 +285,24 @@ func (r *Reconciler) ensure(ctx context.Context, d Desired, inst *render.Instanc
 			return fmt.Errorf("waiting for node %s to stop it before starting it here", other)
 		}
 	}
-	return r.start(ctx, d, inst, spec, st, now, res, st != nil)
+	kind := startFresh
+	if st != nil && st.LastExit != nil && st.SpecHash == inst.SpecHash {
+		kind = startCrash
+	} else if st != nil {
+		kind = startUpdate
+		res.Restarted++
+	}
+	return r.start(ctx, d, inst, spec, st, now, res, kind)
 }
+
+// Why an instance is started.
+type startKind int
+
+const (
+	startFresh  startKind = iota // first start on this node
+	startCrash                   // after its process ended: a restart
+	startUpdate                  // with a new spec (counted by the caller)
+)
 
 // runningElsewhere returns an alive node other than self that reports the
 // instance as running or starting.
@@ -330,7 +346,7 @@ func (r *Reconciler) applyLive(ctx context.Context, st *InstanceState, inst *ren
 }
 
 // start creates the volumes, then starts the instance, recording it.
-func (r *Reconciler) start(ctx context.Context, d Desired, inst *render.Instance, spec InstanceSpec, st *InstanceState, now time.Time, res *Result, restart bool) error {
+func (r *Reconciler) start(ctx context.Context, d Desired, inst *render.Instance, spec InstanceSpec, st *InstanceState, now time.Time, res *Result, kind startKind) error {
 	spec.Volumes = map[string]string{}
 	for _, v := range inst.Spec.Volumes {
 		opCtx, cancel := r.op()
@@ -359,10 +375,11 @@ func (r *Reconciler) start(ctx context.Context, d Desired, inst *render.Instance
 		return fmt.Errorf("start: %w", err)
 	}
 	CrashPoint(CrashAfterStart)
-	if restart {
+	switch kind {
+	case startCrash:
 		st.Restarts++
 		res.Restarted++
-	} else {
+	case startFresh:
 		res.Created++
 	}
 	*st = InstanceState{

@@ -1,0 +1,405 @@
+package nodeexec_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/fake"
+	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+)
+
+// clock is a settable test clock.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+// world is one node (n1) of a two-node cluster, reconciled with the fake
+// driver; n2 is simulated through its report.
+type world struct {
+	t     *testing.T
+	clk   *clock
+	drv   *fake.Driver
+	rec   *nodeexec.Reconciler
+	dir   string
+	files fstest.MapFS
+	n2    report.Report // n2's report; its Time follows the clock
+	model *render.Model
+	plan  *planner.Plan
+}
+
+const base = `apiVersion: keel/v1
+kind: Cluster
+metadata: {name: t}
+spec: {livenessTTL: 30s, reportInterval: 10s}
+`
+
+func node(name, addr, cidr string) string {
+	return fmt.Sprintf("apiVersion: keel/v1\nkind: Node\nmetadata: {name: %s}\nspec: {address: %s, podCIDR: %s, capacity: {cpu: \"8\", memory: 8G}}\n", name, addr, cidr)
+}
+
+func newWorld(t *testing.T, specs map[string]string) *world {
+	t.Helper()
+	w := &world{t: t, clk: &clock{t: time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)}, drv: fake.New(), dir: t.TempDir()}
+	w.drv.SetClock(w.clk.now)
+	w.files = fstest.MapFS{
+		"cluster.yaml":  {Data: []byte(base)},
+		"nodes/n1.yaml": {Data: []byte(node("n1", "192.0.2.1", "10.200.1.0/24"))},
+		"nodes/n2.yaml": {Data: []byte(node("n2", "192.0.2.2", "10.200.2.0/24"))},
+	}
+	for k, v := range specs {
+		w.files[k] = &fstest.MapFile{Data: []byte(v)}
+	}
+	w.n2 = report.Report{Node: "n2"}
+	w.newReconciler()
+	return w
+}
+
+func (w *world) newReconciler() {
+	rec, err := nodeexec.NewReconciler(nodeexec.Config{Node: "n1", Driver: w.drv, StateDir: w.dir, Now: w.clk.now, StopGrace: time.Second})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.rec = rec
+}
+
+func (w *world) set(path, content string) {
+	if content == "" {
+		delete(w.files, path)
+		return
+	}
+	w.files[path] = &fstest.MapFile{Data: []byte(content)}
+}
+
+// pass plans as n1 would (with its own fresh report and n2's) and
+// reconciles once.
+func (w *world) pass() nodeexec.Result {
+	w.t.Helper()
+	m, err := render.Render(w.files)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.model = m
+	inst, vols, err := w.rec.Status(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	own := report.Report{Node: "n1", Time: w.clk.now(), Instances: inst, Volumes: vols}
+	w.n2.Time = w.clk.now()
+	reports := []report.Report{own, w.n2}
+	w.plan = planner.Compute(planner.Input{Model: m, Reports: reports, Now: w.clk.now()})
+	res, err := w.rec.Pass(context.Background(), nodeexec.Desired{Model: m, Plan: w.plan, Reports: reports})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return res
+}
+
+func (w *world) running() map[string]nodeexec.Process {
+	r, err := w.drv.Running(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return r
+}
+
+func (w *world) placedOn(name string) string {
+	for _, pl := range w.plan.Placements {
+		if pl.Instance == name {
+			return pl.Node
+		}
+	}
+	return ""
+}
+
+func jail(name, extra string) string {
+	return fmt.Sprintf("apiVersion: keel/v1\nkind: Jail\nmetadata: {name: %s}\nspec:\n  image: base/x\n  command: [/bin/app]\n  node: n1\n%s", name, extra)
+}
+
+func TestCreateThenNothingToDo(t *testing.T) {
+	w := newWorld(t, map[string]string{"a.yaml": jail("db", "  volumes: [{name: db-data, mountPath: /data}]\n")})
+	res := w.pass()
+	if res.Created != 1 || len(res.Errors) != 0 {
+		t.Fatalf("first pass: %+v", res)
+	}
+	vols, _ := w.drv.Volumes(context.Background())
+	if len(vols) != 1 || vols[0] != "db-data" {
+		t.Fatalf("volumes %v", vols)
+	}
+	env := strings.Join(w.drv.Env("db"), " ")
+	if !strings.Contains(env, "KEEL_VOLUME_DB_DATA=") || !strings.Contains(env, "KEEL_ADDRESS=10.200.1.") {
+		t.Errorf("environment %s", env)
+	}
+	if res := w.pass(); res.Created+res.Restarted+res.Stopped != 0 || w.drv.Starts("db") != 1 {
+		t.Fatalf("second pass changed something: %+v, %d starts", res, w.drv.Starts("db"))
+	}
+}
+
+func TestCrashRestartsWithBackoff(t *testing.T) {
+	w := newWorld(t, map[string]string{"a.yaml": jail("app", "")})
+	w.pass()
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+	for i, delay := range want {
+		if err := w.drv.Crash("app", 1); err != nil {
+			t.Fatal(err)
+		}
+		w.pass()
+		st := w.rec.Instances()["app"]
+		if st.State != report.StateCrashLoop {
+			t.Fatalf("crash %d: state %s", i, st.State)
+		}
+		w.clk.advance(delay - time.Millisecond)
+		w.pass()
+		if w.drv.Starts("app") != i+1 {
+			t.Fatalf("crash %d: restarted before its backoff of %s", i, delay)
+		}
+		w.clk.advance(time.Millisecond)
+		w.pass()
+		if w.drv.Starts("app") != i+2 {
+			t.Fatalf("crash %d: not restarted after %s", i, delay)
+		}
+	}
+	if st := w.rec.Instances()["app"]; st.Restarts != 4 || st.State != report.StateRunning {
+		t.Fatalf("state %+v", st)
+	}
+	// A minute up resets the backoff to one second.
+	w.clk.advance(2 * time.Minute)
+	w.drv.Crash("app", 1)
+	w.pass()
+	w.clk.advance(time.Second)
+	w.pass()
+	if w.drv.Starts("app") != 6 {
+		t.Fatalf("backoff not reset after a minute up: %d starts", w.drv.Starts("app"))
+	}
+}
+
+func TestBackoffIsCappedAtFiveMinutes(t *testing.T) {
+	w := newWorld(t, map[string]string{"a.yaml": jail("app", "")})
+	w.pass()
+	for range 12 {
+		w.drv.Crash("app", 1)
+		w.pass()
+		w.clk.advance(10 * time.Minute)
+		w.pass()
+	}
+	if st := w.rec.Instances()["app"]; st.Backoff != 5*time.Minute {
+		t.Fatalf("backoff %s, want 5m", st.Backoff)
+	}
+}
+
+func TestRestartPolicies(t *testing.T) {
+	cases := []struct {
+		policy    string
+		code      int
+		restarted bool
+		state     report.State
+	}{
+		{"Never", 1, false, report.StateFailed},
+		{"Never", 0, false, report.StateStopped},
+		{"OnFailure", 0, false, report.StateStopped},
+		{"OnFailure", 2, true, report.StateRunning},
+		{"Always", 0, true, report.StateRunning},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s exit %d", c.policy, c.code), func(t *testing.T) {
+			w := newWorld(t, map[string]string{"a.yaml": jail("app", "  restartPolicy: "+c.policy+"\n")})
+			w.pass()
+			w.drv.Crash("app", c.code)
+			w.pass()
+			w.clk.advance(time.Hour)
+			w.pass()
+			if got := w.drv.Starts("app") == 2; got != c.restarted {
+				t.Errorf("restarted = %v", got)
+			}
+			if st := w.rec.Instances()["app"]; st.State != c.state {
+				t.Errorf("state %s, want %s", st.State, c.state)
+			}
+		})
+	}
+}
+
+func TestChangesByClass(t *testing.T) {
+	w := newWorld(t, map[string]string{"a.yaml": jail("app", "  env: {A: \"1\"}\n  volumes: [{name: app-data, mountPath: /d}]\n")})
+	w.pass()
+	pid := w.running()["app"].PID
+
+	// Live: resources are applied without a restart.
+	w.set("a.yaml", jail("app", "  env: {A: \"1\"}\n  volumes: [{name: app-data, mountPath: /d}]\n  resources: {cpu: \"2\", memory: 1G}\n"))
+	w.pass()
+	if r, ok := w.drv.Applied("app"); !ok || r.CPU != 2000 {
+		t.Fatalf("resources not applied: %v %v", r, ok)
+	}
+	if w.running()["app"].PID != pid {
+		t.Fatal("a live change restarted the instance")
+	}
+	// Restart: env.
+	w.set("a.yaml", jail("app", "  env: {A: \"2\"}\n  volumes: [{name: app-data, mountPath: /d}]\n  resources: {cpu: \"2\", memory: 1G}\n"))
+	res := w.pass()
+	if res.Restarted != 1 || w.running()["app"].PID == pid {
+		t.Fatalf("env change: %+v", res)
+	}
+	// Replace: image; the volume survives.
+	w.set("a.yaml", jail("app", "  env: {A: \"2\"}\n  volumes: [{name: app-data, mountPath: /d}]\n  resources: {cpu: \"2\", memory: 1G}\n")+"")
+	w.files["a.yaml"].Data = []byte(strings.Replace(string(w.files["a.yaml"].Data), "base/x", "base/y", 1))
+	if res := w.pass(); res.Replaced != 1 {
+		t.Fatalf("image change: %+v", res)
+	}
+	if vols, _ := w.drv.Volumes(context.Background()); len(vols) != 1 {
+		t.Fatalf("replace lost the volume: %v", vols)
+	}
+	if st := w.rec.Instances()["app"]; st.SpecHash != w.model.Instance("app").SpecHash {
+		t.Fatal("state does not record the new spec hash")
+	}
+}
+
+func TestDeletedInstanceIsRemovedButItsVolumeKept(t *testing.T) {
+	w := newWorld(t, map[string]string{
+		"a.yaml": jail("app", "  volumes: [{name: app-data, mountPath: /d}]\n"),
+		"b.yaml": jail("other", ""),
+	})
+	w.pass()
+	w.set("a.yaml", "")
+	res := w.pass()
+	if res.Removed != 1 {
+		t.Fatalf("%+v", res)
+	}
+	if _, ok := w.running()["app"]; ok {
+		t.Fatal("deleted instance still runs")
+	}
+	if vols, _ := w.drv.Volumes(context.Background()); len(vols) != 1 {
+		t.Fatalf("volume removed with its instance: %v", vols)
+	}
+	if _, ok := w.rec.Instances()["app"]; ok {
+		t.Fatal("deleted instance still in the state")
+	}
+}
+
+// A stateless instance moved to n2 keeps running on n1 until n2 reports it
+// running there (make before break).
+func TestMakeBeforeBreak(t *testing.T) {
+	svc := "apiVersion: keel/v1\nkind: Jail\nmetadata: {name: web}\nspec: {image: base/x, command: [/bin/web], node: NODE}\n"
+	w := newWorld(t, map[string]string{"a.yaml": strings.Replace(svc, "NODE", "n1", 1)})
+	w.pass()
+	w.set("a.yaml", strings.Replace(svc, "NODE", "n2", 1))
+	w.pass()
+	if w.placedOn("web") != "n2" {
+		t.Fatalf("web placed on %q", w.placedOn("web"))
+	}
+	if _, ok := w.running()["web"]; !ok {
+		t.Fatal("stopped before the new owner runs it")
+	}
+	w.n2.Instances = []report.Instance{{Name: "web", State: report.StateStarting, Address: netip.MustParseAddr("10.200.2.9"), SpecHash: w.model.Instance("web").SpecHash}}
+	w.pass()
+	if _, ok := w.running()["web"]; !ok {
+		t.Fatal("stopped while the new owner only starts it")
+	}
+	w.n2.Instances[0].State = report.StateRunning
+	w.pass()
+	if _, ok := w.running()["web"]; ok {
+		t.Fatal("still running after the new owner reports it running")
+	}
+}
+
+// A stateful instance pinned to n2 is stopped on n1 at once, and n1 does
+// not start a stateful instance while n2 reports it running (break before
+// make).
+func TestBreakBeforeMake(t *testing.T) {
+	db := jail("db", "  volumes: [{name: db-data, mountPath: /d}]\n")
+	w := newWorld(t, map[string]string{"a.yaml": db})
+	w.pass()
+	w.set("a.yaml", strings.Replace(db, "node: n1", "node: n2", 1))
+	w.set("keel.lock", "apiVersion: keel/v1\nkind: Lock\npins: {db: n2}\n")
+	w.pass()
+	if _, ok := w.running()["db"]; ok {
+		t.Fatal("a stateful instance moved away keeps running")
+	}
+
+	// The other way round: n2 still runs it, the pin now says n1.
+	w2 := newWorld(t, map[string]string{"a.yaml": db, "keel.lock": "apiVersion: keel/v1\nkind: Lock\npins: {db: n1}\n"})
+	w2.n2.Instances = []report.Instance{{Name: "db", State: report.StateRunning, Address: netip.MustParseAddr("10.200.2.9")}}
+	res := w2.pass()
+	if _, ok := w2.running()["db"]; ok || !strings.Contains(fmt.Sprint(res.Errors["db"]), "waiting for node n2") {
+		t.Fatalf("started while n2 runs it: %+v", res)
+	}
+	w2.n2.Instances[0].State = report.StateStopped
+	w2.pass()
+	if _, ok := w2.running()["db"]; !ok {
+		t.Fatal("not started once n2 reports it stopped")
+	}
+}
+
+// An agent that crashed after starting an instance but before saving its
+// state adopts it on restart instead of starting a second copy.
+func TestAdoptsAfterLosingItsState(t *testing.T) {
+	w := newWorld(t, map[string]string{"a.yaml": jail("app", "")})
+	w.pass()
+	pid := w.running()["app"].PID
+	w.drv.AgentRestart()
+	w.dir = t.TempDir() // the state file is gone
+	w.newReconciler()
+	w.pass()
+	if w.drv.Starts("app") != 1 || w.running()["app"].PID != pid {
+		t.Fatalf("restarted or duplicated: %d starts", w.drv.Starts("app"))
+	}
+	// Its exit is not known to the new run: it counts as a failure.
+	w.drv.Crash("app", 0)
+	w.pass()
+	if st := w.rec.Instances()["app"]; st.State != report.StateCrashLoop || st.LastExit == nil || st.LastExit.Known {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+func TestOneBrokenInstanceDoesNotBlockOthers(t *testing.T) {
+	w := newWorld(t, map[string]string{"a.yaml": jail("a", ""), "b.yaml": jail("b", ""), "c.yaml": jail("c", "")})
+	w.drv.FailNextStart("b", errors.New("no such image"))
+	res := w.pass()
+	if res.Created != 2 || res.Errors["b"] == nil {
+		t.Fatalf("%+v", res)
+	}
+	if st := w.rec.Instances()["b"]; st.State != report.StateCrashLoop || !strings.Contains(st.Error, "no such image") {
+		t.Fatalf("state of b: %+v", st)
+	}
+	w.clk.advance(time.Second)
+	w.pass()
+	if _, ok := w.running()["b"]; !ok {
+		t.Fatal("b not retried after its backoff")
+	}
+}
+
+func TestDeleteVolumeRefusedWhileMounted(t *testing.T) {
+	w := newWorld(t, map[string]string{"a.yaml": jail("app", "  volumes: [{name: app-data, mountPath: /d}]\n")})
+	w.pass()
+	if err := w.rec.DeleteVolume(context.Background(), "app-data"); !errors.Is(err, nodeexec.ErrBusy) {
+		t.Fatalf("deleting a mounted volume: %v", err)
+	}
+	w.set("a.yaml", "")
+	w.pass()
+	if err := w.rec.DeleteVolume(context.Background(), "app-data"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.rec.DeleteVolume(context.Background(), "app-data"); !errors.Is(err, nodeexec.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func TestStateSurvivesRestart(t *testing.T) {
+	w := newWorld(t, map[string]string{"a.yaml": jail("app", "")})
+	w.pass()
+	w.drv.Crash("app", 1)
+	w.pass()
+	w.clk.advance(time.Second)
+	w.pass()
+	w.newReconciler() // same state directory
+	if st := w.rec.Instances()["app"]; st.Restarts != 1 || st.SpecHash == "" {
+		t.Fatalf("state after restart: %+v", st)
+	}
+}
