@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"path"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -43,7 +44,7 @@ func Render(fsys fs.FS) (*Model, error) {
 		return nil, fmt.Errorf("read %s: %w", LockFile, err)
 	}
 	m := r.build()
-	m.Diagnostics = r.diag.diags.Sort()
+	m.Diagnostics = dropTypoEchoes(r.diag.diags).Sort()
 	if errs := m.Diagnostics.Errors(); len(errs) > 0 {
 		return m, &InvalidError{Diagnostics: errs}
 	}
@@ -329,4 +330,26 @@ func checkSSHPublicKey(k string) string {
 		return bad
 	}
 	return ""
+}
+
+var didYouMean = regexp.MustCompile(`^unknown field "[^"]*" \(did you mean "([^"]+)"\?\)$`)
+
+// dropTypoEchoes removes the "required" error of a field whose name was
+// misspelled: "imgae" (did you mean "image"?) says all there is to say.
+func dropTypoEchoes(ds Diagnostics) Diagnostics {
+	typo := map[string]bool{}
+	for _, d := range ds {
+		if m := didYouMean.FindStringSubmatch(d.Message); m != nil {
+			parent := d.Field[:max(strings.LastIndex(d.Field, "."), 0)]
+			typo[d.Pos.File+"\x00"+join(parent, m[1])] = true
+		}
+	}
+	out := ds[:0:0]
+	for _, d := range ds {
+		if typo[d.Pos.File+"\x00"+d.Field] && strings.Contains(d.Message, "required") {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
 }
