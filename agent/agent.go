@@ -8,6 +8,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,6 +133,9 @@ func New(opts Options) (*Agent, error) {
 	if err := a.loadLastGood(); err != nil {
 		a.log.Warn("last good commit unreadable; waiting for the repository", "err", err)
 	}
+	if err := a.loadPeers(); err != nil {
+		a.log.Warn("peers' reports unreadable; waiting for the repository", "err", err)
+	}
 	return a, nil
 }
 
@@ -244,6 +248,9 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		for _, p := range res.problems {
 			a.log.Debug("report ignored", "problem", p)
 		}
+		if err := a.savePeers(); err != nil {
+			a.log.Warn("saving the peers' reports", "err", err)
+		}
 	}
 	if !res.changedTip {
 		return res.changedReports
@@ -343,10 +350,18 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	defer a.health.ready.Store(true)
 	now := a.opts.Now()
-	own := a.ownReport(ctx, now)
+	// While git is unreachable this node cannot learn how the others fare,
+	// nor tell them how it fares: it keeps the plan of its last successful
+	// fetch (the clock stops at that fetch, so nobody looks dead for lack
+	// of news), and only restarts what crashed.
+	planAt := now
+	if !a.gitOK && !a.fetchedAt.IsZero() {
+		planAt = a.fetchedAt
+	}
+	own := a.ownReport(ctx, planAt)
 	reports := append(slices.Clone(a.peers), own)
 	m := a.applied.model
-	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: now})
+	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: planAt})
 	a.plan = plan
 	a.metrics.Plan.Reset()
 	a.metrics.Plan.WithLabelValues(plan.PlanID).Set(1)
@@ -517,4 +532,39 @@ func versionLess(have, want string) bool {
 		}
 	}
 	return false
+}
+
+// peersFile keeps the peers' reports of the last successful fetch, so that
+// an agent restarted while git is unreachable carries on with the plan it
+// had rather than believing itself alone.
+const peersFile = "peers.json"
+
+type savedPeers struct {
+	FetchedAt  time.Time       `json:"fetchedAt"`
+	NewestPeer time.Time       `json:"newestPeer"`
+	Reports    []report.Report `json:"reports"`
+}
+
+func (a *Agent) savePeers() error {
+	data, err := json.Marshal(savedPeers{FetchedAt: a.fetchedAt, NewestPeer: a.newestPeer, Reports: a.peers})
+	if err != nil {
+		return err
+	}
+	return nodeexec.WriteFileAtomic(filepath.Join(a.opts.StateDir, peersFile), data, 0o600)
+}
+
+func (a *Agent) loadPeers() error {
+	data, err := os.ReadFile(filepath.Join(a.opts.StateDir, peersFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var sp savedPeers
+	if err := json.Unmarshal(data, &sp); err != nil {
+		return err
+	}
+	a.peers, a.newestPeer, a.fetchedAt = sp.Reports, sp.NewestPeer, sp.FetchedAt
+	return nil
 }
