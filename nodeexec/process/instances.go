@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/render"
 )
 
 // The environment variables by which the driver recognises its instances.
@@ -300,6 +301,16 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
 	argv := expandArgs(spec.Spec.Command, env)
+	if slices.Equal(spec.Spec.Command, render.DefaultCommand) {
+		// The default boots the image's own init, as a FreeBSD jail does.
+		// Here there is no chroot: run the root's /etc/rc if the image has
+		// one, and never the host's.
+		rc := filepath.Join(root, "etc", "rc")
+		if _, err := os.Stat(rc); err != nil {
+			return nodeexec.Process{}, fmt.Errorf("start %s: no spec.command, and the image has no /etc/rc to boot: the process driver needs an explicit command", name)
+		}
+		argv = []string{"/bin/sh", rc}
+	}
 	path, err := lookPath(argv[0], env["PATH"], root)
 	if err != nil {
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
