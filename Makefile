@@ -39,12 +39,10 @@ bench:
 	       if ($$(i+1) == "B/op") by = $$i; if ($$(i+1) == "allocs/op") al = $$i } \
 	       printf "%-40s %12.1f %12s %14s %12s\n", $$1, ms, inst, by, al }'
 
-## demo: until the agent lands, check and render the example cluster.
+## demo: a local three-node cluster on the process driver, deployed by git
+## push (Ctrl-C stops it and every instance).
 demo: build
-	./$(BIN) validate --repo repo-example
-	./$(BIN) lock --check --repo repo-example
-	./$(BIN) render --repo repo-example
-	./$(BIN) plan --repo repo-example
+	./$(BIN) demo
 
 clean:
 	rm -rf bin bench.out
