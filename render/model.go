@@ -105,7 +105,14 @@ type Instance struct {
 	Index int `json:"index" yaml:"index"`
 	// Node is the node the instance must run on, from spec.node or from the
 	// subnet holding its explicit address; empty when the planner chooses.
-	Node         string            `json:"node,omitempty" yaml:"node,omitempty"`
+	Node string `json:"node,omitempty" yaml:"node,omitempty"`
+	// Pin is the node keel.lock pins a stateful instance to.
+	Pin string `json:"pin,omitempty" yaml:"pin,omitempty"`
+	// NodeSubnet is the /24 of the node the instance is bound to (by
+	// spec.node, its address or its pin); empty when the planner chooses.
+	NodeSubnet Prefix `json:"nodeSubnet,omitzero" yaml:"nodeSubnet,omitempty"`
+	// VIP is the virtual IP of the instance's Service.
+	VIP          Addr              `json:"vip,omitzero" yaml:"vip,omitempty"`
 	NodeSelector map[string]string `json:"nodeSelector,omitempty" yaml:"nodeSelector,omitempty"`
 	Spec         JailSpec          `json:"spec" yaml:"spec"`
 	// Stateful is true when the instance has volumes.

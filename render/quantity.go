@@ -206,3 +206,9 @@ func (a *Addr) UnmarshalText(t []byte) error {
 	}
 	return a.parseScalar(string(t))
 }
+
+// IsZero reports whether the address is unset (for omitempty and omitzero).
+func (a Addr) IsZero() bool { return !a.IsValid() }
+
+// IsZero reports whether the prefix is unset (for omitempty and omitzero).
+func (p Prefix) IsZero() bool { return !p.IsValid() }

@@ -112,7 +112,28 @@ func (r *renderer) build() *Model {
 	r.allocateVIPs(m)
 	r.buildIngresses(m)
 	r.checkLock(m)
+	r.bindInstances(m)
 	return m
+}
+
+// bindInstances fills in, for display and for the planner's convenience,
+// each instance's Service VIP, its pin, and its node's subnet when the node
+// is already decided.
+func (r *renderer) bindInstances(m *Model) {
+	for i := range m.Instances {
+		inst := &m.Instances[i]
+		if svc := m.Service(inst.Service); svc != nil {
+			inst.VIP = svc.VIP
+		}
+		node := inst.Node
+		if pin, ok := r.lock.Pins[inst.Name]; ok && inst.Stateful {
+			inst.Pin = pin
+			node = cmp.Or(node, pin)
+		}
+		if n := m.Node(node); n != nil {
+			inst.NodeSubnet = n.PodCIDR
+		}
+	}
 }
 
 func (r *renderer) checkMetadata(md Metadata, at func(string) Position) {
