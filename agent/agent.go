@@ -78,6 +78,11 @@ type Agent struct {
 	gitErr    string
 	cluster   render.Cluster
 	restarted map[string]int
+	// proxied is what the service proxies were last set to, for the report.
+	proxied []proxy.Service
+
+	started     time.Time // when Run began, for the warm-up
+	lastFetchOK time.Time // the last successful fetch
 
 	requests chan request
 	trigger  chan struct{}
@@ -158,6 +163,7 @@ func (a *Agent) loadLastGood() error {
 	}
 	a.applied = &appliedCommit{commit: commit, model: m}
 	a.cluster = m.Cluster
+	a.metrics.Commit.WithLabelValues(commit).Set(1)
 	return nil
 }
 
@@ -184,6 +190,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("cannot watch the local repository; polling only", "err", err)
 		}
 	}
+	a.started = a.opts.Now()
 	a.log.Info("agent started", "repo", sync.Redacted(a.opts.Remote.URL), "branch", a.opts.Remote.Branch,
 		"driver", a.opts.Driver.Name(), "version", a.opts.Version)
 
@@ -228,6 +235,7 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		return false
 	}
 	a.gitOK, a.gitErr = true, ""
+	a.lastFetchOK = now
 	a.metrics.SyncDuration.Observe(res.took.Seconds())
 	a.metrics.SyncLastSuccess.Set(float64(now.Unix()))
 	if res.changedReports {
@@ -346,7 +354,11 @@ func (a *Agent) reportTime(now time.Time) time.Time {
 func (a *Agent) pass(ctx context.Context) {
 	a.health.lastPass.Store(time.Now().UnixNano())
 	if a.applied == nil {
-		return // nothing applied yet: nothing to do
+		// Nothing applied yet: nothing to run, but a refusal is news.
+		if a.refused != nil && a.gitOK {
+			a.publish(ctx, a.opts.Now())
+		}
+		return
 	}
 	defer a.health.ready.Store(true)
 	now := a.opts.Now()
@@ -361,7 +373,8 @@ func (a *Agent) pass(ctx context.Context) {
 	own := a.ownReport(ctx, planAt)
 	reports := append(slices.Clone(a.peers), own)
 	m := a.applied.model
-	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: planAt})
+	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: planAt,
+		PresumeAlive: a.warmingUp(m, now)})
 	a.plan = plan
 	a.metrics.Plan.Reset()
 	a.metrics.Plan.WithLabelValues(plan.PlanID).Set(1)
@@ -373,11 +386,12 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	a.metrics.NodesAlive.Set(float64(alive))
 
-	if m.Cluster.Suspend {
-		a.log.Debug("cluster suspended: nothing is changed")
-	} else {
+	{
+		if m.Cluster.Suspend {
+			a.log.Debug("cluster suspended: instances are watched, nothing is changed")
+		}
 		start := time.Now()
-		res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports})
+		res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports, Frozen: m.Cluster.Suspend})
 		a.metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
 		if err != nil {
 			a.metrics.ReconcileErrors.Inc()
@@ -392,6 +406,27 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	a.updateInstanceMetrics(m)
 	a.publish(ctx, now)
+}
+
+// warmingUp returns, during the first livenessTTL after the agent starts,
+// the inventory nodes that have not reported at all: they are presumed
+// alive so that an agent starting with (or before) its peers does not take
+// their work for the moment it takes them to report.
+func (a *Agent) warmingUp(m *render.Model, now time.Time) []string {
+	if a.started.IsZero() || now.Sub(a.started) > time.Duration(m.Cluster.LivenessTTL) {
+		return nil
+	}
+	reported := map[string]bool{a.opts.Node: true}
+	for _, r := range a.peers {
+		reported[r.Node] = true
+	}
+	var out []string
+	for _, n := range m.Nodes {
+		if !reported[n.Name] {
+			out = append(out, n.Name)
+		}
+	}
+	return out
 }
 
 // network points the proxies, VIPs and routes at the plan.
@@ -420,6 +455,8 @@ func (a *Agent) network(ctx context.Context, m *render.Model, plan *planner.Plan
 	}
 	if err := a.proxies.Set(services); err != nil {
 		a.log.Warn("service proxies", "err", err)
+	} else {
+		a.proxied = services
 	}
 }
 
@@ -440,6 +477,13 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 		a.log.Warn("listing volumes", "err", err)
 	}
 	r.Instances, r.Volumes = instances, volumes
+	for _, s := range a.proxied {
+		rs := report.Service{Name: s.Name, VIP: s.VIP.String(), Endpoints: []string{}}
+		for _, ep := range s.Endpoints {
+			rs.Endpoints = append(rs.Endpoints, ep.String())
+		}
+		r.Services = append(r.Services, rs)
+	}
 	return r
 }
 

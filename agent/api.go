@@ -49,7 +49,8 @@ func (req request) handle(ctx context.Context, a *Agent) {
 	switch req.kind {
 	case "status":
 		st := Status{Report: a.ownReport(ctx, a.opts.Now()), Applied: a.appliedCommit(), Newest: a.tip,
-			GitOK: a.gitOK, GitError: a.gitErr, LastFetch: a.fetchedAt, Suspended: a.cluster.Suspend}
+			GitOK: a.gitOK, GitError: a.gitErr, LastFetch: a.lastFetchOK, Suspended: a.cluster.Suspend}
+		st.Report.APIVersion, st.Report.Kind = render.APIVersion, report.Kind
 		if a.plan != nil {
 			st.Report.PlanID = a.plan.PlanID
 		}

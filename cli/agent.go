@@ -80,10 +80,18 @@ stops the agent cleanly. See docs/agent.md.`,
 		if err != nil {
 			return err
 		}
+		remote := sync.Remote{URL: *repo, Branch: *branch, SSHKeyFile: *sshKey, KnownHostsFile: *knownHosts, TokenFile: *tokenFile}
+		// Refuse at once what would fail at every fetch.
+		if err := sync.CheckURL(*repo); err != nil {
+			return fmt.Errorf("--repo: %w", err)
+		}
+		if _, err := remote.Auth(); err != nil {
+			return err
+		}
 		reg := prometheus.NewRegistry()
 		a, err := agent.New(agent.Options{
 			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
-			Remote: sync.Remote{URL: *repo, Branch: *branch, SSHKeyFile: *sshKey, KnownHostsFile: *knownHosts, TokenFile: *tokenFile},
+			Remote: remote,
 			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch,
 		})
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/keel-dev/keel/agent"
 	"github.com/keel-dev/keel/render"
@@ -175,7 +176,4 @@ only way one is ever destroyed. It asks for confirmation unless --yes.`,
 	return cmd
 }
 
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

@@ -43,6 +43,10 @@ type Desired struct {
 	Model   *render.Model
 	Plan    *planner.Plan
 	Reports []report.Report
+	// Frozen (the cluster's suspend) keeps the node as it is: exits are
+	// still observed and recorded, but nothing is started, stopped or
+	// changed.
+	Frozen bool
 }
 
 // Result sums up a pass.
@@ -98,6 +102,9 @@ func (r *Reconciler) Pass(ctx context.Context, d Desired) (Result, error) {
 	}
 	now := r.cfg.Now()
 	r.observe(running, now)
+	if d.Frozen {
+		return res, r.state.Save(r.cfg.StateDir)
+	}
 
 	mine := map[string]planner.Placement{}
 	elsewhere := map[string]planner.Placement{}
@@ -276,6 +283,16 @@ func (r *Reconciler) ensure(ctx context.Context, d Desired, inst *render.Instanc
 			if now.Before(st.NextRestart) && st.SpecHash == inst.SpecHash {
 				return nil // backing off
 			}
+		}
+	}
+	// A replace-class change to an instance that is not running (crashed,
+	// failed, stopped) still needs a fresh root.
+	if st != nil && st.SpecHash != "" && render.ClassifyHashChange(st.SpecHash, inst.SpecHash) == render.ChangeReplace {
+		opCtx, cancel := r.op()
+		err := r.cfg.Driver.Destroy(opCtx, inst.Name)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("destroy for replace: %w", err)
 		}
 	}
 	// Break before make: a stateful instance starts here only once no alive

@@ -159,6 +159,9 @@ func (p *planner) readNodes() {
 		switch {
 		case assume:
 			ns.Alive = true
+		case r == nil && slices.Contains(p.in.PresumeAlive, ns.Name):
+			ns.Alive = true
+			p.warn(WarnPresumedAlive, ns.Name, "node %s has not reported yet: presumed alive for now", ns.Name)
 		case r == nil:
 			p.warn(WarnNodeDead, ns.Name, "node %s is dead: it has never reported", ns.Name)
 		case newest.Sub(r.Time) > ttl:

@@ -24,6 +24,10 @@ type Input struct {
 	// of the inventory were alive with its declared capacity (keel plan in
 	// a repository whose agents have not reported yet).
 	AssumeAlive bool
+	// PresumeAlive names nodes to treat as alive while they have no report
+	// at all (an agent's warm-up after it starts: its peers may simply not
+	// have reported yet). Nodes with a report are judged by it.
+	PresumeAlive []string
 }
 
 // Reasons an instance is where it is.
@@ -152,6 +156,7 @@ const (
 	WarnNoReports      = "no-reports"
 	WarnReportIgnored  = "report-ignored"
 	WarnNodeDead       = "node-dead"
+	WarnPresumedAlive  = "presumed-alive"
 	WarnRefused        = "refused"
 	WarnPinnedDead     = "pinned-to-dead-node"
 	WarnUnpinned       = "stateful-not-pinned"
