@@ -121,6 +121,9 @@ func OpenMirror(ctx context.Context, dir string, remote Remote, reportPrefix str
 		return nil, err
 	}
 	m := &Mirror{dir: dir, remote: remote, reportPrefix: reportPrefix, auth: auth}
+	if err := removeBrokenRefs(dir); err != nil {
+		return nil, fmt.Errorf("open mirror %s: %w", dir, err)
+	}
 	repo, err := git.PlainOpen(dir)
 	switch {
 	case err == nil:
@@ -133,6 +136,34 @@ func OpenMirror(ctx context.Context, dir string, remote Remote, reportPrefix str
 		return nil, err
 	}
 	return m, nil
+}
+
+// removeBrokenRefs deletes the loose refs of the mirror in dir that do not
+// hold a hash or a symbolic ref. go-git writes a ref in place (truncate,
+// then write, no fsync), so an agent killed in between, or a power cut
+// before the data reached the disk, leaves an empty file that every later
+// fetch fails on, for good. The mirror is a cache of the remote: the next
+// fetch, or the next report, writes those refs again.
+func removeBrokenRefs(dir string) error {
+	refs := filepath.Join(dir, "refs")
+	err := filepath.WalkDir(refs, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		s := strings.TrimSpace(string(b))
+		if strings.HasPrefix(s, "ref: ") || (len(s) == 40 && plumbing.IsHash(s)) {
+			return nil
+		}
+		return os.Remove(p)
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // initRepo makes an empty bare repository in dir with the remote "origin".

@@ -53,7 +53,9 @@ func ReadReports(repo *git.Repository, prefix string) (reports []report.Report, 
 			}
 			node = rest[i+len("/reports/"):]
 		}
-		if node == "" || strings.Contains(node, "/") || ref.Type() != plumbing.HashReference {
+		// A name ending in .lock is never a ref: it is git writing one
+		// (go-git lists those files too).
+		if node == "" || strings.Contains(node, "/") || strings.HasSuffix(node, ".lock") || ref.Type() != plumbing.HashReference {
 			return nil
 		}
 		r, err := readReport(repo, ref.Hash(), node)

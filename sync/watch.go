@@ -47,12 +47,18 @@ func Watch(ctx context.Context, dir string, logger *slog.Logger, trigger func())
 		}
 	}
 	add(gitDir) // packed-refs, HEAD
-	_ = filepath.WalkDir(refs, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			add(p)
-		}
-		return nil
-	})
+	// addTree watches dir and every directory under it. A new directory is
+	// walked too: git makes refs/keel/reports/ in one go, before the watch
+	// on refs/keel/ can see reports/ appear.
+	addTree := func(dir string) {
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				add(p)
+			}
+			return nil
+		})
+	}
+	addTree(refs)
 	go func() {
 		defer w.Close()
 		for {
@@ -65,7 +71,7 @@ func Watch(ctx context.Context, dir string, logger *slog.Logger, trigger func())
 				}
 				if ev.Has(fsnotify.Create) && strings.HasPrefix(ev.Name, refs) {
 					if st, err := os.Stat(ev.Name); err == nil && st.IsDir() {
-						add(ev.Name)
+						addTree(ev.Name)
 					}
 				}
 				if strings.HasSuffix(ev.Name, ".lock") && !ev.Has(fsnotify.Rename) && !ev.Has(fsnotify.Remove) {

@@ -1,0 +1,31 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/localcluster"
+)
+
+// TestWatch: with polling slowed to once a minute, the file watch on the
+// local repository alone carries both new commits and the other nodes'
+// reports, which a rolling restart across nodes needs at every step.
+func TestWatch(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 2*time.Minute, localcluster.Options{Poll: time.Minute, Files: map[string]string{
+		"jails/anchor.yaml": jail("anchor", "n1", 9900, false),
+	}})
+	c.converge("first commit")
+	c.waitAllAlive()
+	c.commit("web", map[string]string{"apps/web.yaml": webService(3, "base/demo", "hello")})
+	c.converge("web")
+	for _, greeting := range []string{"hi", "hey"} {
+		start := time.Now()
+		c.commit("greet with "+greeting, map[string]string{"apps/web.yaml": webService(3, "base/demo", greeting)})
+		c.converge("rolling restart")
+		if took := time.Since(start); took > 30*time.Second {
+			t.Errorf("a rolling restart took %s: were the report refs watched?", took)
+		}
+	}
+	c.checkAnswers("web", 3, "hey")
+}

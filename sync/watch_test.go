@@ -1,0 +1,60 @@
+package sync_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/sync"
+)
+
+// TestWatchNestedRefDirs: git makes refs/keel/reports/ in one go when the
+// first report is pushed, faster than a watch on refs/keel/ can be added;
+// later reports written there must still trigger.
+func TestWatchNestedRefDirs(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "refs", "heads"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	triggered := make(chan struct{}, 1)
+	err := sync.Watch(ctx, dir, slog.New(slog.DiscardHandler), func() {
+		select {
+		case triggered <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-triggered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no trigger after %s", what)
+		}
+	}
+	reports := filepath.Join(dir, "refs", "keel", "reports")
+	if err := os.MkdirAll(reports, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(reports, "n1"), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait("the first report")
+	// Let the watcher take in every event of the first report, then drain.
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-triggered:
+	default:
+	}
+	if err := os.WriteFile(filepath.Join(reports, "n2"), []byte("2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait("a report written in the new directory")
+}
