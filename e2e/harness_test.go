@@ -137,7 +137,9 @@ func newCluster(t testing.TB, timeout time.Duration, opts localcluster.Options) 
 	if skipReason != "" {
 		t.Skip(skipReason)
 	}
-	opts.Dir = t.TempDir()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
 	opts.Keel = keelBin
 	if !opts.PodCIDR.IsValid() {
 		opts.PodCIDR, opts.ServiceCIDR = subnets()

@@ -49,6 +49,10 @@ type Options struct {
 	Files map[string]string
 	// AgentArgs are extra flags for every agent.
 	AgentArgs []string
+	// RepoURL is what the agents pull and push reports to; the bare
+	// repository's path when empty. Set it to serve the repository over
+	// HTTP (git http-backend), say.
+	RepoURL string
 }
 
 // Cluster is a running local cluster.
@@ -220,7 +224,11 @@ func (c *Cluster) Start(node string, env ...string) error {
 		return err
 	}
 	c.Metrics[node] = fmt.Sprintf("127.0.0.1:%d", port)
-	args := append([]string{"agent", "--repo", c.Bare, "--node", node, "--state-dir", state,
+	repo := c.Bare
+	if c.RepoURL != "" {
+		repo = c.RepoURL
+	}
+	args := append([]string{"agent", "--repo", repo, "--node", node, "--state-dir", state,
 		"--poll", c.Poll.String(), "--metrics-listen", c.Metrics[node], "--reconcile-interval", "1s", "--stop-grace", "3s"}, c.AgentArgs...)
 	cmd := exec.Command(c.Keel, args...)
 	logf, err := os.OpenFile(filepath.Join(state, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
