@@ -25,6 +25,8 @@ test:
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzRender$$' -fuzztime=$(FUZZTIME) ./render
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./report
+	$(GO) test -run='^$$' -fuzz='^FuzzPushRef$$' -fuzztime=5s ./sync
+	$(GO) test -run='^$$' -fuzz='^FuzzAuthenticate$$' -fuzztime=5s ./sync
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

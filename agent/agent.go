@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +84,8 @@ type Agent struct {
 
 	started     time.Time // when Run began, for the warm-up
 	lastFetchOK time.Time // the last successful fetch
+
+	reportPrefix atomic.Pointer[string] // for the webhook handler
 
 	requests chan request
 	trigger  chan struct{}
@@ -163,8 +166,18 @@ func (a *Agent) loadLastGood() error {
 	}
 	a.applied = &appliedCommit{commit: commit, model: m}
 	a.cluster = m.Cluster
+	a.reportPrefix.Store(&a.cluster.ReportRefPrefix)
 	a.metrics.Commit.WithLabelValues(commit).Set(1)
 	return nil
+}
+
+// ReportPrefix is the report ref prefix of the applied commit (safe for
+// concurrent use).
+func (a *Agent) ReportPrefix() string {
+	if p := a.reportPrefix.Load(); p != nil {
+		return *p
+	}
+	return render.DefaultReportRefPrefix
 }
 
 // Trigger asks for a fetch now (webhooks, tests). It never blocks.
@@ -319,6 +332,7 @@ func (a *Agent) accept(res fetchResult) error {
 	prev := a.appliedCommit()
 	a.applied = &appliedCommit{commit: res.commit, model: res.model}
 	a.cluster = res.model.Cluster
+	a.reportPrefix.Store(&a.cluster.ReportRefPrefix)
 	a.metrics.Commit.Reset()
 	a.metrics.Commit.WithLabelValues(res.commit).Set(1)
 	// Keep the snapshots of the applied and the newest commits only.

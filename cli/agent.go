@@ -58,6 +58,8 @@ stops the agent cleanly. See docs/agent.md.`,
 	reconcile := f.Duration("reconcile-interval", 5*time.Second, "time between reconcile passes")
 	stopGrace := f.Duration("stop-grace", 10*time.Second, "how long an instance has to stop before it is killed")
 	noWatch := f.Bool("no-watch", false, "do not watch a local repository for changes (poll only)")
+	webhookListen := f.String("webhook-listen", "", "serve push webhooks (POST /hook) on this address, so that a push is fetched at once")
+	webhookSecret := f.String("webhook-secret-file", "", "file holding the webhook secret (required with --webhook-listen)")
 	for _, name := range []string{"repo", "node", "state-dir"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -108,6 +110,34 @@ stops the agent cleanly. See docs/agent.md.`,
 				logger.Error("local API", "socket", sock, "err", err)
 			}
 		}()
+		if *webhookListen != "" {
+			if *webhookSecret == "" {
+				return errors.New("--webhook-listen needs --webhook-secret-file: unauthenticated webhooks are never accepted")
+			}
+			data, err := os.ReadFile(*webhookSecret)
+			if err != nil {
+				return fmt.Errorf("--webhook-secret-file: %w", err)
+			}
+			secret := []byte(strings.TrimSpace(string(data)))
+			if len(secret) < 16 {
+				return errors.New("--webhook-secret-file: the secret must be at least 16 characters")
+			}
+			l, err := net.Listen("tcp", *webhookListen)
+			if err != nil {
+				return fmt.Errorf("--webhook-listen: %w", err)
+			}
+			mux := http.NewServeMux()
+			mux.Handle("/hook", sync.WebhookHandler(sync.WebhookConfig{
+				Secret: secret, Branch: *branch, ReportPrefix: a.ReportPrefix, Trigger: a.Trigger, Logger: logger,
+			}))
+			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
+			go func() { _ = srv.Serve(l) }()
+			go func() {
+				<-ctx.Done()
+				_ = srv.Close()
+			}()
+			logger.Info("webhooks", "listen", l.Addr().String(), "path", "/hook")
+		}
 		if *metrics != "" {
 			l, err := net.Listen("tcp", *metrics)
 			if err != nil {

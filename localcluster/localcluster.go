@@ -47,8 +47,9 @@ type Options struct {
 	Poll time.Duration
 	// Files are the workload specs to commit first, by path.
 	Files map[string]string
-	// AgentArgs are extra flags for every agent.
+	// AgentArgs are extra flags for every agent; NodeArgs for one.
 	AgentArgs []string
+	NodeArgs  map[string][]string
 	// RepoURL is what the agents pull and push reports to; the bare
 	// repository's path when empty. Set it to serve the repository over
 	// HTTP (git http-backend), say.
@@ -230,6 +231,7 @@ func (c *Cluster) Start(node string, env ...string) error {
 	}
 	args := append([]string{"agent", "--repo", repo, "--node", node, "--state-dir", state,
 		"--poll", c.Poll.String(), "--metrics-listen", c.Metrics[node], "--reconcile-interval", "1s", "--stop-grace", "3s"}, c.AgentArgs...)
+	args = append(args, c.NodeArgs[node]...)
 	cmd := exec.Command(c.Keel, args...)
 	logf, err := os.OpenFile(filepath.Join(state, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
