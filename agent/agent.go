@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keel-dev/keel/nodeexec"
@@ -51,6 +53,42 @@ type Options struct {
 	Now func() time.Time
 	// DisableWatch turns the fsnotify trigger off (polling only).
 	DisableWatch bool
+	// Trust, when set, turns commit verification on: only commits signed
+	// by an allowed signer, and descending from the last applied one, are
+	// applied.
+	Trust *Trust
+}
+
+// Trust is the node-local configuration of commit verification.
+type Trust struct {
+	Signers sync.AllowedSigners
+	// AllowRewind accepts a tip that does not descend from the last
+	// applied commit (a rollback by force push, on purpose).
+	AllowRewind bool
+}
+
+// check says why commit c may not be applied, or nil.
+func (t *Trust) check(m *sync.Mirror, c *object.Commit, applied string) error {
+	principal, err := t.Signers.Verify(c)
+	if err != nil {
+		return fmt.Errorf("untrusted commit: %w", err)
+	}
+	_ = principal
+	if applied == "" || applied == c.Hash.String() || t.AllowRewind {
+		return nil
+	}
+	prev, err := m.Commit(plumbing.NewHash(applied))
+	if err != nil {
+		return fmt.Errorf("cannot check that it descends from the last applied commit %.12s (%v); --allow-rewind accepts it", applied, err)
+	}
+	ok, err := prev.IsAncestor(c)
+	if err != nil {
+		return fmt.Errorf("cannot check the history: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("rewind: it does not descend from the last applied commit %.12s (an old signed commit replayed, or a force push); --allow-rewind accepts it", applied)
+	}
+	return nil
 }
 
 // Agent is a running keel agent.
@@ -120,6 +158,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 		return nil, err
+	}
+	if opts.Trust != nil {
+		opts.Remote.FullHistory = true // the rewind check needs the history
 	}
 	rec, err := nodeexec.NewReconciler(nodeexec.Config{
 		Node: opts.Node, Driver: opts.Driver, StateDir: opts.StateDir, Logger: opts.Logger,
@@ -299,6 +340,9 @@ func (a *Agent) onFetch(res fetchResult) bool {
 // admit says why a new commit must not be applied, or "" when it may.
 // Trust checks (signatures, no rewinds) plug in here.
 func (a *Agent) admit(res fetchResult) string {
+	if res.trustErr != nil {
+		return res.trustErr.Error()
+	}
 	if res.renderErr != nil {
 		var ie *render.InvalidError
 		if errors.As(res.renderErr, &ie) {

@@ -27,8 +27,11 @@ type fetchResult struct {
 	commit         string
 	model          *render.Model
 	renderErr      error
-	reports        []report.Report
-	problems       []string
+	// trustErr says why the tip is not trusted (signature, rewind); nil
+	// when it is, or when verification is off.
+	trustErr error
+	reports  []report.Report
+	problems []string
 }
 
 type publishResult struct{ err error }
@@ -50,6 +53,7 @@ type gitWorker struct {
 	wantFetch bool
 	report    *report.Report
 	cluster   render.Cluster
+	applied   string // the last applied commit, for the rewind check
 }
 
 func newGitWorker(ctx context.Context, a *Agent) (*gitWorker, error) {
@@ -67,6 +71,7 @@ func (w *gitWorker) fetch() {
 	w.mu.Lock()
 	w.wantFetch = true
 	w.cluster = w.agent.cluster
+	w.applied = w.agent.appliedCommit()
 	w.mu.Unlock()
 	w.poke()
 }
@@ -106,7 +111,7 @@ func (w *gitWorker) run(ctx context.Context) {
 		case <-w.wake:
 		}
 		w.mu.Lock()
-		doFetch, rep, cluster := w.wantFetch, w.report, w.cluster
+		doFetch, rep, cluster, applied := w.wantFetch, w.report, w.cluster, w.applied
 		w.wantFetch, w.report = false, nil
 		w.mu.Unlock()
 		prefix := cluster.ReportRefPrefix
@@ -136,7 +141,7 @@ func (w *gitWorker) run(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		res := w.fetchOnce(ctx, &spec, &reports, reportRepo, prefix, &prev, &prevReports, first)
+		res := w.fetchOnce(ctx, &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied)
 		res.took = time.Since(start)
 		if res.err != nil {
 			notBefore = time.Now().Add(retry.NextBackOff())
@@ -185,7 +190,7 @@ func (w *gitWorker) open(ctx context.Context, m **sync.Mirror, dir string, remot
 	return nil
 }
 
-func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, prev, prevReports *sync.Refs, first bool) fetchResult {
+func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, prev, prevReports *sync.Refs, first bool, applied string) fetchResult {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.GitTimeout)
 	defer cancel()
 	if err := w.open(ctx, spec, "repo", w.opts.Remote, prefix); err != nil {
@@ -239,6 +244,9 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 			}
 		}
 		res.model, res.renderErr = render.Render(os.DirFS(dir))
+		if t := w.opts.Trust; t != nil {
+			res.trustErr = t.check(*spec, c, applied)
+		}
 	}
 	*prev, *prevReports = refs, reportRefs
 	return res

@@ -58,6 +58,9 @@ stops the agent cleanly. See docs/agent.md.`,
 	reconcile := f.Duration("reconcile-interval", 5*time.Second, "time between reconcile passes")
 	stopGrace := f.Duration("stop-grace", 10*time.Second, "how long an instance has to stop before it is killed")
 	noWatch := f.Bool("no-watch", false, "do not watch a local repository for changes (poll only)")
+	verify := f.Bool("verify-signatures", false, "apply only commits signed by a key of --allowed-signers that descend from the last applied commit")
+	allowedSigners := f.String("allowed-signers", "", "OpenSSH allowed_signers file of the keys that may sign deployable commits (with --verify-signatures)")
+	allowRewind := f.Bool("allow-rewind", false, "with --verify-signatures, also accept a tip that does not descend from the last applied commit")
 	webhookListen := f.String("webhook-listen", "", "serve push webhooks (POST /hook) on this address, so that a push is fetched at once")
 	webhookSecret := f.String("webhook-secret-file", "", "file holding the webhook secret (required with --webhook-listen)")
 	for _, name := range []string{"repo", "node", "state-dir"} {
@@ -90,11 +93,24 @@ stops the agent cleanly. See docs/agent.md.`,
 		if _, err := remote.Auth(); err != nil {
 			return err
 		}
+		var trust *agent.Trust
+		switch {
+		case *verify && *allowedSigners == "":
+			return errors.New("--verify-signatures needs --allowed-signers")
+		case *verify:
+			signers, err := sync.LoadAllowedSigners(*allowedSigners)
+			if err != nil {
+				return fmt.Errorf("--allowed-signers: %w", err)
+			}
+			trust = &agent.Trust{Signers: signers, AllowRewind: *allowRewind}
+		case *allowedSigners != "" || *allowRewind:
+			return errors.New("--allowed-signers and --allow-rewind need --verify-signatures")
+		}
 		reg := prometheus.NewRegistry()
 		a, err := agent.New(agent.Options{
 			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
 			Remote: remote,
-			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch,
+			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch, Trust: trust,
 		})
 		if err != nil {
 			return err

@@ -114,6 +114,7 @@ git push is the deploy command; keel plan shows what a change will do.`,
 		e.volumeCommand(),
 		e.demoWebCommand(),
 		e.demoCommand(),
+		e.signCheckCommand(),
 		e.versionCommand(),
 	)
 	return root

@@ -37,6 +37,9 @@ type Remote struct {
 	KnownHostsFile string
 	// TokenFile holds a token for HTTPS (sent as the basic-auth password).
 	TokenFile string
+	// FullHistory fetches the branch's whole history instead of its tip
+	// (needed to tell that a new tip descends from the last applied one).
+	FullHistory bool
 }
 
 // Auth returns the transport authentication the remote's files describe.
@@ -210,13 +213,20 @@ func (m *Mirror) Fetch(ctx context.Context) (Refs, error) {
 		specs = append(specs, config.RefSpec("+"+b.String()+":"+b.String()))
 	}
 	err := m.repo.FetchContext(ctx, &git.FetchOptions{
-		RemoteName: "origin", RefSpecs: specs, Depth: 1, Tags: git.NoTags, Force: true, Auth: m.auth, Prune: true,
+		RemoteName: "origin", RefSpecs: specs, Depth: m.depth(), Tags: git.NoTags, Force: true, Auth: m.auth, Prune: true,
 	})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return Refs{}, fmt.Errorf("fetch %s: %w", Redacted(m.remote.URL), RedactURL(err))
 	}
 	m.fetches++
 	return m.Refs()
+}
+
+func (m *Mirror) depth() int {
+	if m.remote.FullHistory {
+		return 0
+	}
+	return 1
 }
 
 // Refs returns what the mirror holds now, without fetching.
