@@ -23,6 +23,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/proxy"
@@ -57,6 +58,9 @@ type Options struct {
 	// by an allowed signer, and descending from the last applied one, are
 	// applied.
 	Trust *Trust
+	// ReportSigner signs this node's reports (its nodes/<name>.yaml lists
+	// the public half as reportKey).
+	ReportSigner ssh.Signer
 }
 
 // Trust is the node-local configuration of commit verification.
@@ -124,6 +128,7 @@ type Agent struct {
 	lastFetchOK time.Time // the last successful fetch
 
 	reportPrefix atomic.Pointer[string] // for the webhook handler
+	reportKeys   sync.ReportKeys        // of the applied commit's nodes
 
 	requests chan request
 	trigger  chan struct{}
@@ -207,6 +212,7 @@ func (a *Agent) loadLastGood() error {
 	}
 	a.applied = &appliedCommit{commit: commit, model: m}
 	a.cluster = m.Cluster
+	a.setReportKeys(m)
 	a.reportPrefix.Store(&a.cluster.ReportRefPrefix)
 	a.metrics.Commit.WithLabelValues(commit).Set(1)
 	return nil
@@ -376,6 +382,7 @@ func (a *Agent) accept(res fetchResult) error {
 	prev := a.appliedCommit()
 	a.applied = &appliedCommit{commit: res.commit, model: res.model}
 	a.cluster = res.model.Cluster
+	a.setReportKeys(res.model)
 	a.reportPrefix.Store(&a.cluster.ReportRefPrefix)
 	a.metrics.Commit.Reset()
 	a.metrics.Commit.WithLabelValues(res.commit).Set(1)
@@ -669,4 +676,17 @@ func (a *Agent) loadPeers() error {
 	}
 	a.peers, a.newestPeer, a.fetchedAt = sp.Reports, sp.NewestPeer, sp.FetchedAt
 	return nil
+}
+
+// setReportKeys takes the report keys of the applied commit's inventory:
+// reports of those nodes count only when signed.
+func (a *Agent) setReportKeys(m *render.Model) {
+	keys, err := sync.ReportKeysOf(m)
+	if err != nil {
+		a.log.Warn("report keys", "err", err)
+	}
+	a.reportKeys = keys
+	if n := m.Node(a.opts.Node); n != nil && n.ReportKey != "" && a.opts.ReportSigner == nil {
+		a.log.Warn("this node has a reportKey but the agent has no --report-key: the other nodes will ignore its reports")
+	}
 }

@@ -3,12 +3,14 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	gosync "sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/render"
@@ -54,6 +56,8 @@ type gitWorker struct {
 	report    *report.Report
 	cluster   render.Cluster
 	applied   string // the last applied commit, for the rewind check
+	keys      sync.ReportKeys
+	lastKeys  sync.ReportKeys // the keys the last read of reports used
 }
 
 func newGitWorker(ctx context.Context, a *Agent) (*gitWorker, error) {
@@ -72,6 +76,7 @@ func (w *gitWorker) fetch() {
 	w.wantFetch = true
 	w.cluster = w.agent.cluster
 	w.applied = w.agent.appliedCommit()
+	w.keys = w.agent.reportKeys
 	w.mu.Unlock()
 	w.poke()
 }
@@ -111,7 +116,7 @@ func (w *gitWorker) run(ctx context.Context) {
 		case <-w.wake:
 		}
 		w.mu.Lock()
-		doFetch, rep, cluster, applied := w.wantFetch, w.report, w.cluster, w.applied
+		doFetch, rep, cluster, applied, keys := w.wantFetch, w.report, w.cluster, w.applied, w.keys
 		w.wantFetch, w.report = false, nil
 		w.mu.Unlock()
 		prefix := cluster.ReportRefPrefix
@@ -141,7 +146,7 @@ func (w *gitWorker) run(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		res := w.fetchOnce(ctx, &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied)
+		res := w.fetchOnce(ctx, &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys)
 		res.took = time.Since(start)
 		if res.err != nil {
 			notBefore = time.Now().Add(retry.NextBackOff())
@@ -190,7 +195,7 @@ func (w *gitWorker) open(ctx context.Context, m **sync.Mirror, dir string, remot
 	return nil
 }
 
-func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, prev, prevReports *sync.Refs, first bool, applied string) fetchResult {
+func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, prev, prevReports *sync.Refs, first bool, applied string, keys sync.ReportKeys) fetchResult {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.GitTimeout)
 	defer cancel()
 	if err := w.open(ctx, spec, "repo", w.opts.Remote, prefix); err != nil {
@@ -221,14 +226,6 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 		changedReports: first || !sameReports(reportRefs, *prevReports),
 		commit:         refs.Tip.String(),
 	}
-	if res.changedReports {
-		res.reports, res.problems, err = src.Reports()
-		if err != nil {
-			return fetchResult{err: err, stage: "read"}
-		}
-	} else {
-		res.reports = nil
-	}
 	if res.changedTip {
 		c, err := (*spec).Commit(refs.Tip)
 		if err != nil {
@@ -246,6 +243,21 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 		res.model, res.renderErr = render.Render(os.DirFS(dir))
 		if t := w.opts.Trust; t != nil {
 			res.trustErr = t.check(*spec, c, applied)
+		}
+	}
+	// Reports are checked against the report keys of the applied commit;
+	// before any commit is applied, against those of a valid, trusted tip.
+	if keys == nil && res.model != nil && res.renderErr == nil && res.trustErr == nil {
+		keys, _ = sync.ReportKeysOf(res.model)
+	}
+	if !sameKeys(keys, w.lastKeys) {
+		res.changedReports = true // who must sign changed: read them again
+	}
+	w.lastKeys = keys
+	if res.changedReports {
+		res.reports, res.problems, err = src.Reports(keys)
+		if err != nil {
+			return fetchResult{err: err, stage: "read"}
 		}
 	}
 	*prev, *prevReports = refs, reportRefs
@@ -277,6 +289,27 @@ func (w *gitWorker) push(ctx context.Context, spec, reports **sync.Mirror, repor
 	if err := w.open(ctx, target, dir, remote, prefix); err != nil {
 		return err
 	}
-	_, err := (*target).Publish(ctx, w.opts.Node, r.Marshal(), r.Time)
+	data := r.Marshal()
+	var sig []byte
+	if w.opts.ReportSigner != nil {
+		var err error
+		if sig, err = sync.SignReport(data, w.opts.ReportSigner); err != nil {
+			return fmt.Errorf("sign the report: %w", err)
+		}
+	}
+	_, err := (*target).PublishSigned(ctx, w.opts.Node, data, sig, r.Time)
 	return err
+}
+
+func sameKeys(a, b sync.ReportKeys) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for n, k := range a {
+		o, ok := b[n]
+		if !ok || ssh.FingerprintSHA256(o) != ssh.FingerprintSHA256(k) {
+			return false
+		}
+	}
+	return true
 }

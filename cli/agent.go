@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/agent"
 	"github.com/keel-dev/keel/nodeexec"
@@ -60,6 +61,7 @@ stops the agent cleanly. See docs/agent.md.`,
 	noWatch := f.Bool("no-watch", false, "do not watch a local repository for changes (poll only)")
 	verify := f.Bool("verify-signatures", false, "apply only commits signed by a key of --allowed-signers that descend from the last applied commit")
 	allowedSigners := f.String("allowed-signers", "", "OpenSSH allowed_signers file of the keys that may sign deployable commits (with --verify-signatures)")
+	reportKey := f.String("report-key", "", "this node's private SSH key that signs its reports (its public half is spec.reportKey in nodes/<name>.yaml)")
 	allowRewind := f.Bool("allow-rewind", false, "with --verify-signatures, also accept a tip that does not descend from the last applied commit")
 	webhookListen := f.String("webhook-listen", "", "serve push webhooks (POST /hook) on this address, so that a push is fetched at once")
 	webhookSecret := f.String("webhook-secret-file", "", "file holding the webhook secret (required with --webhook-listen)")
@@ -106,11 +108,17 @@ stops the agent cleanly. See docs/agent.md.`,
 		case *allowedSigners != "" || *allowRewind:
 			return errors.New("--allowed-signers and --allow-rewind need --verify-signatures")
 		}
+		var reportSigner ssh.Signer
+		if *reportKey != "" {
+			if reportSigner, err = sync.LoadReportSigner(*reportKey); err != nil {
+				return fmt.Errorf("--report-key: %w", err)
+			}
+		}
 		reg := prometheus.NewRegistry()
 		a, err := agent.New(agent.Options{
 			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
 			Remote: remote,
-			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch, Trust: trust,
+			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch, Trust: trust, ReportSigner: reportSigner,
 		})
 		if err != nil {
 			return err

@@ -55,7 +55,7 @@ Exit status: 0 success (or up to date), 1 invalid repository or stale lock,
 		// Stateful instances are pinned where the planner places them, with
 		// the reports this repository holds (or all nodes alive without any).
 		g, _ := openGit(*repo)
-		reports, problems, err := e.readReports(rf, g, m.Cluster.ReportRefPrefix)
+		reports, problems, err := e.readReports(rf, g, m)
 		if err != nil {
 			return err
 		}

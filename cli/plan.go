@@ -89,8 +89,7 @@ Exit status: 0 valid (changes or not), 1 invalid specs, 2 usage or I/O error.`,
 			baseSide = nil
 		}
 
-		prefix := headSide.model.Cluster.ReportRefPrefix
-		reports, problems, err := e.readReports(rf, g, prefix)
+		reports, problems, err := e.readReports(rf, g, headSide.model)
 		if err != nil {
 			return err
 		}

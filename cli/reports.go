@@ -62,9 +62,14 @@ func openGit(dir string) (*gitRepo, error) {
 // readReports gathers reports as the flags say: from a directory, or from
 // the report refs of the repository (fetched from a remote first if asked).
 // Problems with single reports become warnings, not errors.
-func (e *env) readReports(f *reportFlags, g *gitRepo, prefix string) ([]report.Report, []string, error) {
+func (e *env) readReports(f *reportFlags, g *gitRepo, m *render.Model) ([]report.Report, []string, error) {
+	keys, err := sync.ReportKeysOf(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	prefix := m.Cluster.ReportRefPrefix
 	if f.dir != "" {
-		return readReportDir(f.dir)
+		return readReportDir(f.dir, keys)
 	}
 	if g == nil {
 		if f.remote != "" {
@@ -77,11 +82,13 @@ func (e *env) readReports(f *reportFlags, g *gitRepo, prefix string) ([]report.R
 			return nil, nil, err
 		}
 	}
-	return sync.ReadReports(g.repo, prefix)
+	return sync.ReadVerifiedReports(g.repo, prefix, keys)
 }
 
-// readReportDir reads every *.yaml / *.yml file of dir as a report.
-func readReportDir(dir string) ([]report.Report, []string, error) {
+// readReportDir reads every *.yaml / *.yml file of dir as a report; the
+// report of a node with a reportKey needs its signature beside it, in the
+// file's name plus ".sig".
+func readReportDir(dir string, keys sync.ReportKeys) ([]report.Report, []string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reports: %w", err)
@@ -93,11 +100,18 @@ func readReportDir(dir string) ([]report.Report, []string, error) {
 		if e.IsDir() || (ext != ".yaml" && ext != ".yml") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		path := filepath.Join(dir, e.Name())
+		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, nil, fmt.Errorf("reports: %w", err)
 		}
 		r, err := report.ParseFile(data)
+		if err == nil {
+			if key := keys[r.Node]; key != nil {
+				sig, _ := os.ReadFile(path + ".sig")
+				err = sync.VerifyReport(data, sig, key)
+			}
+		}
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("report %s ignored: %v", e.Name(), err))
 			continue

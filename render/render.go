@@ -313,6 +313,8 @@ func (r *renderer) buildNodes(m *Model) {
 			if msg := checkSSHPublicKey(s.ReportKey); msg != "" {
 				r.diag.errorf(d.at("spec.reportKey"), "spec.reportKey", "%s", msg)
 			}
+		} else if name != "" {
+			r.diag.warnf(d.at("metadata.name"), "spec.reportKey", "node %s has no reportKey: its reports are not signed, so whoever can push refs/keel/reports/%s can speak for it", name, name)
 		}
 		m.Nodes = append(m.Nodes, n)
 	}

@@ -260,33 +260,50 @@ func (m *Mirror) Commit(h plumbing.Hash) (*object.Commit, error) {
 	return m.repo.CommitObject(h)
 }
 
-// Reports reads the reports the mirror holds.
-func (m *Mirror) Reports() ([]report.Report, []string, error) {
-	return ReadReports(m.repo, m.reportPrefix)
+// Reports reads the reports the mirror holds; those of nodes with a report
+// key count only when signed by it.
+func (m *Mirror) Reports(keys ReportKeys) ([]report.Report, []string, error) {
+	return ReadVerifiedReports(m.repo, m.reportPrefix, keys)
 }
 
 // Publish force-pushes data as report.yaml, the only file of a new commit
 // without parents, to <reportPrefix><node>: one ref per node, so that no
 // push contends with another node's, and no history grows.
 func (m *Mirror) Publish(ctx context.Context, node string, data []byte, when time.Time) (plumbing.Hash, error) {
+	return m.PublishSigned(ctx, node, data, nil, when)
+}
+
+// PublishSigned is Publish with a detached signature of data, published
+// next to it as report.yaml.sig when not nil.
+func (m *Mirror) PublishSigned(ctx context.Context, node string, data, sig []byte, when time.Time) (plumbing.Hash, error) {
 	st := m.repo.Storer
-	blob := st.NewEncodedObject()
-	blob.SetType(plumbing.BlobObject)
-	w, err := blob.Writer()
-	if err != nil {
-		return plumbing.ZeroHash, err
+	writeBlob := func(b []byte) (plumbing.Hash, error) {
+		blob := st.NewEncodedObject()
+		blob.SetType(plumbing.BlobObject)
+		w, err := blob.Writer()
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		if _, err := w.Write(b); err != nil {
+			return plumbing.ZeroHash, err
+		}
+		if err := w.Close(); err != nil {
+			return plumbing.ZeroHash, err
+		}
+		return st.SetEncodedObject(blob)
 	}
-	if _, err := w.Write(data); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	if err := w.Close(); err != nil {
-		return plumbing.ZeroHash, err
-	}
-	blobHash, err := st.SetEncodedObject(blob)
+	blobHash, err := writeBlob(data)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
 	tree := &object.Tree{Entries: []object.TreeEntry{{Name: report.FileName, Mode: filemode.Regular, Hash: blobHash}}}
+	if sig != nil {
+		sigHash, err := writeBlob(sig)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		tree.Entries = append(tree.Entries, object.TreeEntry{Name: SigFileName, Mode: filemode.Regular, Hash: sigHash})
+	}
 	treeObj := st.NewEncodedObject()
 	if err := tree.Encode(treeObj); err != nil {
 		return plumbing.ZeroHash, err
@@ -295,8 +312,8 @@ func (m *Mirror) Publish(ctx context.Context, node string, data []byte, when tim
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	sig := object.Signature{Name: "keel " + node, Email: node + "@keel.invalid", When: when.UTC()}
-	commit := &object.Commit{Author: sig, Committer: sig, Message: "report of " + node + "\n", TreeHash: treeHash}
+	who := object.Signature{Name: "keel " + node, Email: node + "@keel.invalid", When: when.UTC()}
+	commit := &object.Commit{Author: who, Committer: who, Message: "report of " + node + "\n", TreeHash: treeHash}
 	commitObj := st.NewEncodedObject()
 	if err := commit.Encode(commitObj); err != nil {
 		return plumbing.ZeroHash, err

@@ -76,7 +76,7 @@ func TestMirrorFetchPublishAndForcePush(t *testing.T) {
 	if _, ok := refs2.Reports["n1"]; !ok {
 		t.Fatalf("second mirror sees no report of n1: %v", refs2.Reports)
 	}
-	reports, problems, err := m2.Reports()
+	reports, problems, err := m2.Reports(nil)
 	if err != nil || len(problems) > 0 || len(reports) != 1 || reports[0].AgentVersion != "test2" {
 		t.Fatalf("reports %v problems %v err %v", reports, problems, err)
 	}

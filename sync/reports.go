@@ -35,6 +35,13 @@ func RemoteReportPrefix(remote string) string {
 // that speaks for another node is skipped and described in problems;
 // callers show those as warnings.
 func ReadReports(repo *git.Repository, prefix string) (reports []report.Report, problems []string, err error) {
+	return ReadVerifiedReports(repo, prefix, nil)
+}
+
+// ReadVerifiedReports is ReadReports where the report of a node listed in
+// keys counts only with a valid signature by that key; one without is
+// skipped and described in problems.
+func ReadVerifiedReports(repo *git.Repository, prefix string, keys ReportKeys) (reports []report.Report, problems []string, err error) {
 	refs, err := repo.References()
 	if err != nil {
 		return nil, nil, fmt.Errorf("list refs: %w", err)
@@ -58,7 +65,7 @@ func ReadReports(repo *git.Repository, prefix string) (reports []report.Report, 
 		if node == "" || strings.Contains(node, "/") || strings.HasSuffix(node, ".lock") || ref.Type() != plumbing.HashReference {
 			return nil
 		}
-		r, err := readReport(repo, ref.Hash(), node)
+		r, err := readReport(repo, ref.Hash(), node, keys)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("report of %s on %s ignored: %v", node, name, err))
 			return nil
@@ -73,24 +80,34 @@ func ReadReports(repo *git.Repository, prefix string) (reports []report.Report, 
 	return reports, problems, err
 }
 
-// readReport reads report.yaml from the commit h, published for node.
-func readReport(repo *git.Repository, h plumbing.Hash, node string) (report.Report, error) {
+// readReport reads report.yaml from the commit h, published for node, and
+// checks its signature when the node has a report key.
+func readReport(repo *git.Repository, h plumbing.Hash, node string, keys ReportKeys) (report.Report, error) {
 	c, err := repo.CommitObject(h)
 	if err != nil {
 		return report.Report{}, fmt.Errorf("read commit: %w", err)
 	}
-	f, err := c.File(report.FileName)
+	read := func(name string) ([]byte, error) {
+		f, err := c.File(name)
+		if err != nil {
+			return nil, err
+		}
+		rd, err := f.Reader()
+		if err != nil {
+			return nil, err
+		}
+		defer rd.Close()
+		return io.ReadAll(io.LimitReader(rd, 8<<20))
+	}
+	data, err := read(report.FileName)
 	if err != nil {
 		return report.Report{}, fmt.Errorf("no %s in commit %s", report.FileName, h)
 	}
-	rd, err := f.Reader()
-	if err != nil {
-		return report.Report{}, err
-	}
-	defer rd.Close()
-	data, err := io.ReadAll(io.LimitReader(rd, 8<<20))
-	if err != nil {
-		return report.Report{}, err
+	if key := keys[node]; key != nil {
+		sig, _ := read(SigFileName)
+		if err := VerifyReport(data, sig, key); err != nil {
+			return report.Report{}, err
+		}
 	}
 	return report.Parse(data, node)
 }
