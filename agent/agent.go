@@ -65,7 +65,11 @@ type Options struct {
 
 // Trust is the node-local configuration of commit verification.
 type Trust struct {
-	Signers sync.AllowedSigners
+	// Signers verifies a commit's signature and returns who signed it
+	// (sync.Signers, or sync.AllowedSigners for SSH only).
+	Signers interface {
+		Verify(*object.Commit) (string, error)
+	}
 	// AllowRewind accepts a tip that does not descend from the last
 	// applied commit (a rollback by force push, on purpose).
 	AllowRewind bool

@@ -62,6 +62,7 @@ stops the agent cleanly. See docs/agent.md.`,
 	verify := f.Bool("verify-signatures", false, "apply only commits signed by a key of --allowed-signers that descend from the last applied commit")
 	allowedSigners := f.String("allowed-signers", "", "OpenSSH allowed_signers file of the keys that may sign deployable commits (with --verify-signatures)")
 	reportKey := f.String("report-key", "", "this node's private SSH key that signs its reports (its public half is spec.reportKey in nodes/<name>.yaml)")
+	pgpKeyring := f.String("pgp-keyring", "", "ASCII-armored OpenPGP public keyring of the keys that may sign deployable commits (with --verify-signatures)")
 	allowRewind := f.Bool("allow-rewind", false, "with --verify-signatures, also accept a tip that does not descend from the last applied commit")
 	webhookListen := f.String("webhook-listen", "", "serve push webhooks (POST /hook) on this address, so that a push is fetched at once")
 	webhookSecret := f.String("webhook-secret-file", "", "file holding the webhook secret (required with --webhook-listen)")
@@ -97,16 +98,14 @@ stops the agent cleanly. See docs/agent.md.`,
 		}
 		var trust *agent.Trust
 		switch {
-		case *verify && *allowedSigners == "":
-			return errors.New("--verify-signatures needs --allowed-signers")
 		case *verify:
-			signers, err := sync.LoadAllowedSigners(*allowedSigners)
+			signers, err := sync.LoadSigners(*allowedSigners, *pgpKeyring)
 			if err != nil {
-				return fmt.Errorf("--allowed-signers: %w", err)
+				return fmt.Errorf("--verify-signatures: %w", err)
 			}
 			trust = &agent.Trust{Signers: signers, AllowRewind: *allowRewind}
-		case *allowedSigners != "" || *allowRewind:
-			return errors.New("--allowed-signers and --allow-rewind need --verify-signatures")
+		case *allowedSigners != "" || *pgpKeyring != "" || *allowRewind:
+			return errors.New("--allowed-signers, --pgp-keyring and --allow-rewind need --verify-signatures")
 		}
 		var reportSigner ssh.Signer
 		if *reportKey != "" {

@@ -15,7 +15,8 @@ func (e *env) signCheckCommand() *cobra.Command {
 		Long: `Sign-check verifies that a commit of the cluster repository carries an SSH
 signature (git commit -S with gpg.format=ssh) in namespace "git", made by a
 key of the allowed_signers file listed for a principal matching the
-committer's email. Use it in CI, or when setting up signing.
+committer's email, or an OpenPGP signature by a key of the keyring with a
+user ID of the committer's email. Use it in CI, or when setting up signing.
 
 Exit status: 0 trusted, 1 not trusted (the reason is printed), 2 usage or
 I/O error.`,
@@ -24,10 +25,10 @@ I/O error.`,
 	}
 	repo := repoFlag(cmd)
 	rev := cmd.Flags().String("rev", "HEAD", "the revision to check")
-	signersFile := cmd.Flags().String("allowed-signers", "", "OpenSSH allowed_signers file (required)")
-	_ = cmd.MarkFlagRequired("allowed-signers")
+	signersFile := cmd.Flags().String("allowed-signers", "", "OpenSSH allowed_signers file (SSH signatures)")
+	keyring := cmd.Flags().String("pgp-keyring", "", "ASCII-armored OpenPGP public keyring (OpenPGP signatures)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		signers, err := sync.LoadAllowedSigners(*signersFile)
+		signers, err := sync.LoadSigners(*signersFile, *keyring)
 		if err != nil {
 			return err
 		}

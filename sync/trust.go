@@ -202,3 +202,72 @@ func signedPayload(c *object.Commit) ([]byte, error) {
 	defer r.Close()
 	return io.ReadAll(r)
 }
+
+// Signers verifies commit signatures of both kinds git makes: SSH ones
+// against an allowed_signers file, OpenPGP ones against an armored keyring.
+// Either may be empty, and a signature of that kind is then refused.
+type Signers struct {
+	SSH AllowedSigners
+	// PGPKeyring is an ASCII-armored OpenPGP public keyring.
+	PGPKeyring string
+}
+
+// LoadSigners reads the allowed_signers file and the OpenPGP keyring (each
+// optional, at least one required).
+func LoadSigners(allowedSigners, pgpKeyring string) (Signers, error) {
+	var s Signers
+	if allowedSigners == "" && pgpKeyring == "" {
+		return s, errors.New("give --allowed-signers (SSH) or --pgp-keyring (OpenPGP), or both")
+	}
+	if allowedSigners != "" {
+		ssh, err := LoadAllowedSigners(allowedSigners)
+		if err != nil {
+			return s, err
+		}
+		s.SSH = ssh
+	}
+	if pgpKeyring != "" {
+		data, err := os.ReadFile(pgpKeyring)
+		if err != nil {
+			return s, err
+		}
+		if !strings.Contains(string(data), "-----BEGIN PGP PUBLIC KEY BLOCK-----") {
+			return s, fmt.Errorf("%s is not an ASCII-armored OpenPGP public keyring (gpg --export --armor)", pgpKeyring)
+		}
+		s.PGPKeyring = string(data)
+	}
+	return s, nil
+}
+
+// Verify checks c's signature, SSH or OpenPGP, and that the signer may sign
+// for the committer: an SSH key listed for a principal matching the
+// committer's email, or an OpenPGP key with a user ID of that email. It
+// returns the committer's email.
+func (s Signers) Verify(c *object.Commit) (string, error) {
+	sig := strings.TrimSpace(c.PGPSignature)
+	switch {
+	case sig == "":
+		return "", ErrUnsigned
+	case strings.HasPrefix(sig, "-----BEGIN SSH SIGNATURE-----"):
+		if len(s.SSH) == 0 {
+			return "", errors.New("the commit has an SSH signature, and no allowed signers file is configured")
+		}
+		return s.SSH.Verify(c)
+	case strings.HasPrefix(sig, "-----BEGIN PGP SIGNATURE-----"):
+		if s.PGPKeyring == "" {
+			return "", errors.New("the commit has an OpenPGP signature, and no OpenPGP keyring is configured")
+		}
+		entity, err := c.Verify(s.PGPKeyring)
+		if err != nil {
+			return "", fmt.Errorf("bad or unknown OpenPGP signature: %w", err)
+		}
+		email := c.Committer.Email
+		for _, id := range entity.Identities {
+			if id.UserId != nil && strings.EqualFold(id.UserId.Email, email) {
+				return email, nil
+			}
+		}
+		return "", fmt.Errorf("OpenPGP key %X may not sign for %s (no user ID with that email)", entity.PrimaryKey.Fingerprint, email)
+	}
+	return "", errors.New("unknown signature format")
+}
