@@ -78,8 +78,9 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	drv := fake.New()
+	stateDir := t.TempDir()
 	a, err := agent.New(agent.Options{
-		Node: "n1", StateDir: t.TempDir(), Remote: sync.Remote{URL: bare, Branch: "main"}, Driver: drv,
+		Node: "n1", StateDir: stateDir, Remote: sync.Remote{URL: bare, Branch: "main"}, Driver: drv,
 		Version: "0.1.0", Registry: reg, Poll: 100 * time.Millisecond, Reconcile: 100 * time.Millisecond, DisableWatch: true,
 		Trust: &agent.Trust{Signers: signers},
 	})
@@ -89,7 +90,15 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			cancel()
+			<-done
+			stopped = true
+		}
+	}
+	defer stop()
 	waitFor(t, "the signed commit applied", func() bool { return len(drv.Instances()) == 2 })
 
 	addJail := func(name string) {
@@ -118,4 +127,21 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 	if n := len(drv.Instances()); n != 3 {
 		t.Fatalf("a rewind changed the node: %d instances", n)
 	}
+
+	// The same node restarted with --allow-rewind accepts the rollback.
+	stop()
+	reg2 := prometheus.NewRegistry()
+	b, err := agent.New(agent.Options{
+		Node: "n1", StateDir: stateDir, Remote: sync.Remote{URL: bare, Branch: "main"}, Driver: drv,
+		Version: "0.1.0", Registry: reg2, Poll: 100 * time.Millisecond, Reconcile: 100 * time.Millisecond, DisableWatch: true,
+		Trust: &agent.Trust{Signers: signers, AllowRewind: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan error, 1)
+	go func() { done2 <- b.Run(ctx2) }()
+	defer func() { cancel2(); <-done2 }()
+	waitFor(t, "the rewind accepted with --allow-rewind", func() bool { return len(drv.Instances()) == 2 })
 }
