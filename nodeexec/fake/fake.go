@@ -16,7 +16,6 @@ import (
 	"path"
 	"regexp"
 	"slices"
-	"strings"
 	gosync "sync"
 	"time"
 
@@ -439,33 +438,10 @@ func volumePath(name string) string { return Root + "/volumes/" + name }
 // instanceEnv is the environment the process driver would give the
 // instance, with Root as its state directory and no PATH.
 func instanceEnv(spec nodeexec.InstanceSpec) ([]string, error) {
-	env := map[string]string{"HOME": Root + "/instances/" + spec.Name + "/root"}
-	for k, v := range spec.Spec.Env {
-		if !strings.HasPrefix(k, "KEEL_") {
-			env[k] = v
-		}
+	env, err := nodeexec.InstanceEnv(spec, Root+"/instances/"+spec.Name+"/root", Root)
+	if err != nil {
+		return nil, err
 	}
-	addr := ""
-	if spec.Address.IsValid() {
-		addr = spec.Address.String()
-	}
-	env["KEEL_INSTANCE"] = spec.Name
-	env["KEEL_NODE"] = spec.Node
-	env["KEEL_ADDRESS"] = addr
-	env["KEEL_SERVICE"] = spec.Service
-	for _, v := range spec.Spec.Volumes {
-		p, ok := spec.Volumes[v.Name]
-		if !ok {
-			return nil, fmt.Errorf("volume %s has no host path (EnsureVolume it first)", v.Name)
-		}
-		name := v.Name
-		if spec.Service != "" {
-			name = strings.TrimPrefix(name, spec.Name+"-")
-		}
-		env["KEEL_VOLUME_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_"))] = p
-	}
-	env["KEEL_DRIVER_ROOT"] = Root
-	env["KEEL_SPEC_HASH"] = spec.SpecHash
 	out := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		out = append(out, k+"="+env[k])

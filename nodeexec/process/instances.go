@@ -22,10 +22,10 @@ import (
 
 // The environment variables by which the driver recognises its instances.
 const (
-	envDriverRoot   = "KEEL_DRIVER_ROOT"
-	envInstance     = "KEEL_INSTANCE"
-	envSpecHash     = "KEEL_SPEC_HASH"
-	envVolumePrefix = "KEEL_VOLUME_"
+	envDriverRoot   = nodeexec.EnvDriverRoot
+	envInstance     = nodeexec.EnvInstance
+	envSpecHash     = nodeexec.EnvSpecHash
+	envVolumePrefix = nodeexec.EnvVolumePrefix
 )
 
 // child is an instance this Driver started. Its reaper goroutine records
@@ -642,38 +642,12 @@ func instanceEnv(spec nodeexec.InstanceSpec, root, stateDir, agentPath string) (
 	if agentPath == "" {
 		agentPath = "/usr/local/bin:/usr/bin:/bin"
 	}
-	env := map[string]string{"PATH": agentPath, "HOME": root}
-	for k, v := range spec.Spec.Env {
-		if !strings.HasPrefix(k, "KEEL_") {
-			env[k] = v
-		}
+	env, err := nodeexec.InstanceEnv(spec, root, stateDir)
+	if err != nil {
+		return nil, err
 	}
-	addr := ""
-	if spec.Address.IsValid() {
-		addr = spec.Address.String()
-	}
-	env[envInstance] = spec.Name
-	env["KEEL_NODE"] = spec.Node
-	env["KEEL_ADDRESS"] = addr
-	env["KEEL_SERVICE"] = spec.Service
-	for _, v := range spec.Spec.Volumes {
-		path, ok := spec.Volumes[v.Name]
-		if !ok {
-			return nil, fmt.Errorf("volume %s has no host path (EnsureVolume it first)", v.Name)
-		}
-		env[volumeVar(spec, v.Name)] = path
-	}
-	env[envDriverRoot] = stateDir
-	env[envSpecHash] = spec.SpecHash
+	env["PATH"] = agentPath
 	return env, nil
-}
-
-// volumeVar names the variable that holds a volume's host path.
-func volumeVar(spec nodeexec.InstanceSpec, volume string) string {
-	if spec.Service != "" {
-		volume = strings.TrimPrefix(volume, spec.Name+"-")
-	}
-	return envVolumePrefix + strings.ToUpper(strings.ReplaceAll(volume, "-", "_"))
 }
 
 // volumePaths returns the volume paths in an instance's environment.
