@@ -333,7 +333,9 @@ func (r *renderer) buildNodes(m *Model) {
 }
 
 // sshKeyTypes are the public key algorithms a reportKey may use.
-var sshKeyTypes = []string{"ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa", "sk-ssh-ed25519@openssh.com"}
+// Hardware (sk-) keys are not among them: an agent signs its reports
+// unattended, which a security key cannot do.
+var sshKeyTypes = []string{"ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa"}
 
 // checkSSHPublicKey checks the shape of an authorized_keys-style public key:
 // "<type> <base64 blob> [comment]", the blob naming the same type. The key
