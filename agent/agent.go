@@ -77,11 +77,9 @@ type Trust struct {
 
 // check says why commit c may not be applied, or nil.
 func (t *Trust) check(m *sync.Mirror, c *object.Commit, applied string) error {
-	principal, err := t.Signers.Verify(c)
-	if err != nil {
+	if _, err := t.Signers.Verify(c); err != nil {
 		return fmt.Errorf("untrusted commit: %w", err)
 	}
-	_ = principal
 	if applied == "" || applied == c.Hash.String() || t.AllowRewind {
 		return nil
 	}
@@ -455,24 +453,22 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	a.metrics.NodesAlive.Set(float64(alive))
 
-	{
-		if m.Cluster.Suspend {
-			a.log.Debug("cluster suspended: instances are watched, nothing is changed")
-		}
-		start := time.Now()
-		res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports, Frozen: m.Cluster.Suspend})
-		a.metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
-		if err != nil {
-			a.metrics.ReconcileErrors.Inc()
-			a.log.Error("reconcile pass failed", "err", err)
-		}
-		a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
-		if res.Created+res.Restarted+res.Replaced+res.Stopped+res.Removed > 0 {
-			a.log.Info("reconciled", "created", res.Created, "restarted", res.Restarted, "replaced", res.Replaced,
-				"stopped", res.Stopped, "removed", res.Removed, "errors", len(res.Errors), "plan", short(plan.PlanID))
-		}
-		a.network(ctx, m, plan)
+	if m.Cluster.Suspend {
+		a.log.Debug("cluster suspended: instances are watched, nothing is changed")
 	}
+	start := time.Now()
+	res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports, Frozen: m.Cluster.Suspend})
+	a.metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		a.metrics.ReconcileErrors.Inc()
+		a.log.Error("reconcile pass failed", "err", err)
+	}
+	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
+	if res.Created+res.Restarted+res.Replaced+res.Stopped+res.Removed > 0 {
+		a.log.Info("reconciled", "created", res.Created, "restarted", res.Restarted, "replaced", res.Replaced,
+			"stopped", res.Stopped, "removed", res.Removed, "errors", len(res.Errors), "plan", short(plan.PlanID))
+	}
+	a.network(ctx, m, plan)
 	a.updateInstanceMetrics(m)
 	a.publish(ctx, now)
 }

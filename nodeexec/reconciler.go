@@ -235,7 +235,7 @@ func restartable(policy string, e Exit) bool {
 // ensure makes one instance placed on this node run its current spec.
 func (r *Reconciler) ensure(ctx context.Context, d Desired, inst *render.Instance, pl planner.Placement, running map[string]Process, now time.Time, res *Result) error {
 	st := r.state.Instances[inst.Name]
-	proc, isRunning := running[inst.Name]
+	_, isRunning := running[inst.Name]
 	spec := r.specFor(d, inst, pl)
 	if isRunning {
 		switch render.ClassifyHashChange(st.SpecHash, inst.SpecHash) {
@@ -270,7 +270,6 @@ func (r *Reconciler) ensure(ctx context.Context, d Desired, inst *render.Instanc
 			}
 			res.Replaced++
 		}
-		_ = proc
 		return r.start(ctx, d, inst, spec, st, now, res, startUpdate)
 	}
 	if st != nil {
