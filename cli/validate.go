@@ -15,7 +15,8 @@ func (e *env) validateCommand() *cobra.Command {
 		Long: `Validate reads every spec of the cluster repository strictly and reports
 all errors at once, each as file:line:col: field.path: message, then the
 warnings. Warnings (such as allocations not yet pinned in keel.lock) do not
-fail it.
+fail it. A directory without cluster.yaml at its root is not a cluster
+repository: validate reads nothing else there and reports that one error.
 
 Exit status: 0 valid, 1 invalid, 2 usage or I/O error.`,
 		Example: "  keel validate --repo ./cluster\n  keel validate -o json",

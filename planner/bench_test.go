@@ -18,7 +18,7 @@ var benchNow = time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
 func benchCluster(b *testing.B, nodes, services, replicas int) *render.Model {
 	b.Helper()
 	fsys := fstest.MapFS{
-		"cluster.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: bench}\nspec: {podCIDR: 10.0.0.0/12, serviceCIDR: 10.16.0.0/16}\n")},
+		"cluster.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: bench}\nspec: {podCIDR: 10.0.0.0/12, serviceCIDR: 10.16.0.0/16, maxInstances: 100000}\n")},
 	}
 	for i := range nodes {
 		fsys[fmt.Sprintf("nodes/n%04d.yaml", i)] = &fstest.MapFile{Data: fmt.Appendf(nil,

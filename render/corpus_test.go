@@ -129,6 +129,42 @@ type corpusInvalidCase struct {
 // corpusLong is a name of n letters c.
 func corpusLong(c string, n int) string { return strings.Repeat(c, n) }
 
+// corpusServices is a file of n Services s0 … s(n-1) of the given replicas,
+// 9 lines each: the replicas of Service i are on line 9i+7.
+func corpusServices(n, replicas int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "---\napiVersion: keel/v1\nkind: Service\nmetadata:\n  name: s%d\nspec:\n  replicas: %d\n  port: 80\n  template: {image: base/14.2-web}\n", i, replicas)
+	}
+	return b.String()
+}
+
+// corpusAliasBomb is a Jail whose env is a mapping of keys entries, repeated
+// by aliases times aliases in its volumes.
+func corpusAliasBomb(keys, aliases int) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: keel/v1\nkind: Jail\nmetadata:\n  name: tools\nspec:\n  env: &env {")
+	for i := range keys {
+		fmt.Fprintf(&b, "K%d: v, ", i)
+	}
+	b.WriteString("}\n  volumes: [")
+	for range aliases {
+		b.WriteString("*env, ")
+	}
+	b.WriteString("]\n")
+	return b.String()
+}
+
+// corpusDeepBlock is a block mapping a: a: … of n levels, the first key
+// indented by indent spaces and each level two more.
+func corpusDeepBlock(n, indent int) string {
+	var b strings.Builder
+	for i := range n {
+		b.WriteString(strings.Repeat(" ", indent+2*i) + "a:\n")
+	}
+	return b.String()
+}
+
 var corpusInvalid = []corpusInvalidCase{
 	// Strict decoding: unknown fields, wrong types, duplicate keys, syntax.
 	{
@@ -309,7 +345,7 @@ spec:
   image: base/14.2-base
   command: /bin/sh -c: exit
 `},
-		want: []corpusDiag{{"jails/tools.yaml", 7, 1, "", "invalid YAML: mapping values are not allowed in this context"}},
+		want: []corpusDiag{{"jails/tools.yaml", 7, 22, "", "invalid YAML: mapping values are not allowed in this context"}},
 	},
 
 	// Documents that are not Keel's, and where documents belong.
@@ -379,7 +415,7 @@ metadata:
 	{
 		name: "missing cluster.yaml",
 		drop: []string{"cluster.yaml"},
-		want: []corpusDiag{{"cluster.yaml", 0, 0, "", "missing: a cluster repository has one Cluster document in cluster.yaml at its root"}},
+		want: []corpusDiag{{"cluster.yaml", 0, 0, "", "missing: there is no cluster.yaml here, so this is not a cluster repository and nothing else was read (is --repo the right directory?)"}},
 	},
 	{
 		name: "two Cluster documents",
@@ -397,8 +433,7 @@ metadata:
 	},
 	{
 		name: "Cluster document outside cluster.yaml",
-		drop: []string{"cluster.yaml"},
-		files: map[string]string{"config/cluster.yaml": `apiVersion: keel/v1
+		files: map[string]string{"cluster.yaml": "# moved to config/\n", "config/cluster.yaml": `apiVersion: keel/v1
 kind: Cluster
 metadata:
   name: test
@@ -1567,6 +1602,343 @@ pins: {}
 		want: []corpusDiag{{"keel.lock", 2, 7, "kind", "keel.lock must start with apiVersion: keel/v1 and kind: Lock"}},
 	},
 
+	// Hostile and careless input: empty values, deep nesting, explicit
+	// zeros, broken indentation, the wrong directory, too many instances.
+	{
+		name: "null in a command list is an error, not an empty argument",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  command: [/bin/sh, null]
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 7, 22, "spec.command[1]", `expected a string, got nothing (write "" for an empty string)`}},
+	},
+	{
+		name: "empty env, label and nodeSelector values and list items are errors",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+  labels:
+    tier:
+spec:
+  image: base/14.2-base
+  command:
+    - /bin/sh
+    -
+  env: {TZ: ~, LANG: ""}
+  nodeSelector:
+    disk: null
+  volumes: [~]
+`},
+		want: []corpusDiag{
+			{"jails/tools.yaml", 6, 10, "metadata.labels.tier", `expected a string, got nothing (write "" for an empty string)`},
+			{"jails/tools.yaml", 11, 6, "spec.command[1]", `expected a string, got nothing (write "" for an empty string)`},
+			{"jails/tools.yaml", 12, 13, "spec.env.TZ", `expected a string, got nothing (write "" for an empty string)`},
+			{"jails/tools.yaml", 14, 11, "spec.nodeSelector.disk", `expected a string, got nothing (write "" for an empty string)`},
+			{"jails/tools.yaml", 15, 13, "spec.volumes[0]", "expected a mapping (key: value), got nothing"},
+		},
+	},
+	{
+		name: "empty pin in keel.lock is an error",
+		files: map[string]string{
+			"apps/db.yaml": corpusDB,
+			"keel.lock": `apiVersion: keel/v1
+kind: Lock
+subnets: {}
+vips: {}
+pins:
+  db-0:
+`,
+		},
+		want: []corpusDiag{{"keel.lock", 6, 8, "pins.db-0", `expected a string, got nothing (write "" for an empty string)`}},
+	},
+	{
+		name: "5000-deep list where a string is expected is one depth error",
+		files: map[string]string{"jails/tools.yaml": "apiVersion: keel/v1\nkind: Jail\nmetadata:\n  name: tools\nspec:\n  image: " +
+			strings.Repeat("[", 5000) + strings.Repeat("]", 5000) + "\n"},
+		// The root mapping is level 1, spec 2, the image's list 3 (column
+		// 10), so level 33 is the list opened at column 40.
+		want: []corpusDiag{{"jails/tools.yaml", 6, 40, "", "nested too deeply: more than 32 levels (the document is not read)"}},
+	},
+	{
+		name: "5000-deep mapping under an unknown field is one depth error",
+		files: map[string]string{"apps/web.yaml": "apiVersion: keel/v1\nkind: Service\nmetadata:\n  name: web\nspec: " +
+			strings.Repeat("{a: ", 5000) + "1" + strings.Repeat("}", 5000) + "\n"},
+		want: []corpusDiag{{"apps/web.yaml", 5, 128, "", "nested too deeply: more than 32 levels (the document is not read)"}},
+	},
+	{
+		name:  "deep block nesting in cluster.yaml is one error, not also a missing Cluster",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + corpusDeepBlock(40, 2)},
+		want:  []corpusDiag{{"cluster.yaml", 38, 63, "", "nested too deeply: more than 32 levels (the document is not read)"}},
+	},
+	{
+		name: "nesting past the YAML parser's own limit gets the same depth error",
+		files: map[string]string{"jails/tools.yaml": "apiVersion: keel/v1\nkind: Jail\nmetadata:\n  name: tools\nspec:\n  command: " +
+			strings.Repeat("[", 20000) + "\n"},
+		want: []corpusDiag{{"jails/tools.yaml", 6, 10012, "", "nested too deeply: more than 32 levels (the document is not read)"}},
+	},
+	{
+		name:  "keel.lock nested too deeply is one error",
+		files: map[string]string{"keel.lock": "apiVersion: keel/v1\nkind: Lock\npins: " + strings.Repeat("[", 100) + strings.Repeat("]", 100) + "\n"},
+		want:  []corpusDiag{{"keel.lock", 3, 38, "", "nested too deeply: more than 32 levels (the document is not read)"}},
+	},
+	{
+		name:  "aliases repeating a mapping of 1000 keys are one error, not a million",
+		files: map[string]string{"jails/tools.yaml": corpusAliasBomb(1000, 1000)},
+		// The mapping is 2001 values: the fifth alias takes the repeated
+		// values past 10000.
+		want: []corpusDiag{{"jails/tools.yaml", 7, 37, "", "aliases repeat more than 10000 values (the document is not read)"}},
+	},
+	{
+		name: "an alias inside the node it refers to is too deep",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  command: &self [/bin/sh, *self]
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 7, 28, "", "nested too deeply: more than 32 levels (the document is not read)"}},
+	},
+	{
+		name: "an alias that nests its target past 32 levels is too deep",
+		files: map[string]string{"jails/tools.yaml": "apiVersion: keel/v1\nkind: Jail\nmetadata:\n  name: tools\n  labels: &deep " +
+			strings.Repeat("[", 20) + strings.Repeat("]", 20) + "\nspec:\n  image: base/14.2-base\n  command: " +
+			strings.Repeat("[", 15) + "*deep" + strings.Repeat("]", 15) + "\n"},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 27, "", "nested too deeply: more than 32 levels (the document is not read)"}},
+	},
+	{
+		name: "Ingress backend port 0 is an error, not the Service's port",
+		files: map[string]string{
+			"apps/web.yaml": corpusWeb,
+			"ingress/www.yaml": `apiVersion: keel/v1
+kind: Ingress
+metadata:
+  name: www
+spec:
+  host: www.example.com
+  path: ""
+  backend:
+    service: web
+    port: 0
+  tls:
+    email: ops@example.com
+`,
+		},
+		want: []corpusDiag{
+			{"ingress/www.yaml", 7, 9, "spec.path", `"" is not allowed: leave the field out to use the default (/)`},
+			{"ingress/www.yaml", 10, 11, "spec.backend.port", "0 is not allowed: leave the field out to use the default (the Service's port)"},
+		},
+	},
+	{
+		name: "explicit empty command, restartPolicy, bridge and node are errors, not defaults",
+		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+spec:
+  port: 8080
+  template:
+    image: base/14.2-web
+    command: []
+    restartPolicy: ""
+    network: {bridge: ""}
+    node: ""
+`},
+		want: []corpusDiag{
+			{"apps/web.yaml", 9, 14, "spec.template.command", "an empty list is not allowed: leave the field out to use the default (/bin/sh /etc/rc)"},
+			{"apps/web.yaml", 10, 20, "spec.template.restartPolicy", `"" is not allowed: leave the field out to use the default (Always)`},
+			{"apps/web.yaml", 11, 23, "spec.template.network.bridge", `"" is not allowed: leave the field out to use the default (the Cluster's bridge)`},
+			{"apps/web.yaml", 12, 11, "spec.template.node", `"" is not allowed: leave the field out to use the default (any node the planner picks)`},
+		},
+	},
+	{
+		name:  "explicit empty reportKey is an error, not an unsigned node",
+		files: map[string]string{"nodes/n2.yaml": corpusBase["nodes/n2.yaml"] + "  reportKey: \"\"\n"},
+		want:  []corpusDiag{{"nodes/n2.yaml", 8, 14, "spec.reportKey", `"" is not allowed: leave the field out to use the default (none: the node's reports are not signed)`}},
+	},
+	{
+		name: "broken indent on line 10 is reported on line 10",
+		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+spec:
+  port: 8080
+  template:
+    image: base/14.2-web
+    restartPolicy: Always
+   node: n1
+`},
+		want: []corpusDiag{{"apps/web.yaml", 10, 4, "", "invalid YAML: did not find expected key"}},
+	},
+	{
+		name: "broken indent: a list item less indented than its siblings",
+		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+spec:
+  port: 8080
+  template:
+    image: base/14.2-web
+    command:
+      - /bin/sh
+     - /etc/rc
+`},
+		want: []corpusDiag{{"apps/web.yaml", 11, 6, "", "invalid YAML: did not find expected key"}},
+	},
+	{
+		name: "broken indent: a key indented deeper than its siblings",
+		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+spec:
+  port: 8080
+  template:
+    image: base/14.2-web
+    env:
+      TZ: UTC
+       LANG: C
+`},
+		want: []corpusDiag{{"apps/web.yaml", 11, 12, "", "invalid YAML: mapping values are not allowed in this context"}},
+	},
+	{
+		name: "broken indent: a top-level key indented by one space",
+		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+ spec:
+  port: 8080
+`},
+		want: []corpusDiag{{"apps/web.yaml", 5, 2, "", "invalid YAML: did not find expected key"}},
+	},
+	{
+		name: "broken indent in a later document, columns counted in characters",
+		files: map[string]string{"apps/web.yaml": corpusWeb + `---
+apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  env: {TZ: "Europe/Zürich"}
+   node: n1
+`},
+		want: []corpusDiag{{"apps/web.yaml", 17, 4, "", "invalid YAML: did not find expected key"}},
+	},
+	{
+		name: "missing colon after a key",
+		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+spec:
+  port: 8080
+  template:
+    image: base/14.2-web
+    restartPolicy Always
+    node: n1
+`},
+		want: []corpusDiag{{"apps/web.yaml", 9, 5, "", "invalid YAML: could not find expected ':'"}},
+	},
+	{
+		name: "unclosed flow list is reported where it is open",
+		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+spec:
+  port: 8080
+  template:
+    image: base/14.2-web
+    command: [/bin/sh, /etc/rc
+    node: n1
+`},
+		want: []corpusDiag{{"apps/web.yaml", 9, 24, "", "invalid YAML: did not find expected ',' or ']'"}},
+	},
+	{
+		name: "broken indent in keel.lock has its position",
+		files: map[string]string{"keel.lock": `apiVersion: keel/v1
+kind: Lock
+subnets:
+  n1: 10.200.1.0/24
+ n2: 10.200.2.0/24
+`},
+		want: []corpusDiag{{"keel.lock", 5, 2, "", "invalid YAML: did not find expected key"}},
+	},
+	{
+		name:  "YAML error in cluster.yaml is one error, not also a missing Cluster",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "   pool: tank\n"},
+		want:  []corpusDiag{{"cluster.yaml", 8, 8, "", "invalid YAML: mapping values are not allowed in this context"}},
+	},
+	{
+		name: "outside a cluster repository nothing else is read",
+		drop: []string{"cluster.yaml"},
+		files: map[string]string{
+			"docker-compose.yaml":       "services:\n  web:\n    image: nginx\n",
+			".github/workflows/ci.yaml": corpusForeign,
+			"deploy/k8s.yaml":           "apiVersion: apps/v1\nkind: Deployment\n",
+			"broken.yaml":               "a: [\n",
+		},
+		want: []corpusDiag{{"cluster.yaml", 0, 0, "", "missing: there is no cluster.yaml here, so this is not a cluster repository and nothing else was read (is --repo the right directory?)"}},
+	},
+	{
+		name:  "maxInstances 0, negative or above the limit",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  maxInstances: 0\n"},
+		want:  []corpusDiag{{"cluster.yaml", 8, 17, "spec.maxInstances", "0 is not allowed: leave the field out to use the default (10000)"}},
+	},
+	{
+		name:  "maxInstances above the limit",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  maxInstances: 100001\n"},
+		want:  []corpusDiag{{"cluster.yaml", 8, 17, "spec.maxInstances", "100001 is not an instance cap (1-100000)"}},
+	},
+	{
+		name:  "negative maxInstances",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  maxInstances: -5\n"},
+		want:  []corpusDiag{{"cluster.yaml", 8, 17, "spec.maxInstances", "-5 is not an instance cap (1-100000)"}},
+	},
+	{
+		name:  "replicas above 10000",
+		files: map[string]string{"apps/web.yaml": strings.Replace(corpusWeb, "  port: 8080\n", "  replicas: 10001\n  port: 8080\n", 1)},
+		want:  []corpusDiag{{"apps/web.yaml", 6, 13, "spec.replicas", "10001 is more than 10000 replicas"}},
+	},
+	{
+		name:  "30 Services of 10000 replicas are over the default instance cap",
+		files: map[string]string{"apps/many.yaml": corpusServices(30, 10000)},
+		want:  []corpusDiag{{"apps/many.yaml", 16, 13, "spec.replicas", "10000 replicas bring the cluster to 300000 instances (Jails and Service replicas), more than its maxInstances of 10000: lower replicas, or raise spec.maxInstances in cluster.yaml (at most 100000)"}},
+	},
+	{
+		name:  "100 Services of 10000 replicas are over the default instance cap",
+		files: map[string]string{"apps/many.yaml": corpusServices(100, 10000)},
+		want:  []corpusDiag{{"apps/many.yaml", 16, 13, "spec.replicas", "10000 replicas bring the cluster to 1000000 instances (Jails and Service replicas), more than its maxInstances of 10000: lower replicas, or raise spec.maxInstances in cluster.yaml (at most 100000)"}},
+	},
+	{
+		name: "the Service whose replicas cross a lowered cap is blamed, Jails counted first",
+		files: map[string]string{
+			"cluster.yaml":     corpusBase["cluster.yaml"] + "  maxInstances: 4\n",
+			"jails/tools.yaml": "apiVersion: keel/v1\nkind: Jail\nmetadata:\n  name: tools\nspec:\n  image: base/14.2-base\n",
+			"apps/many.yaml":   corpusServices(3, 2),
+		},
+		want: []corpusDiag{{"apps/many.yaml", 16, 13, "spec.replicas", "2 replicas bring the cluster to 7 instances (Jails and Service replicas), more than its maxInstances of 4: lower replicas, or raise spec.maxInstances in cluster.yaml (at most 100000)"}},
+	},
+	{
+		name: "Jails alone over the cap: the first Jail past it is blamed",
+		files: map[string]string{
+			"cluster.yaml": corpusBase["cluster.yaml"] + "  maxInstances: 1\n",
+			"jails/a.yaml": "apiVersion: keel/v1\nkind: Jail\nmetadata:\n  name: a\nspec:\n  image: base/14.2-base\n",
+			"jails/b.yaml": "apiVersion: keel/v1\nkind: Jail\nmetadata:\n  name: b\nspec:\n  image: base/14.2-base\n",
+		},
+		want: []corpusDiag{{"jails/b.yaml", 1, 1, "", "this Jail brings the cluster to 2 instances (Jails and Service replicas), more than its maxInstances of 1: remove some, or raise spec.maxInstances in cluster.yaml (at most 100000)"}},
+	},
+
 	// Everything at once.
 	{
 		name: "errors in several files are all reported, sorted by file then line",
@@ -1976,6 +2348,7 @@ spec:
 				LivenessTTL:     render.Duration(30e9),
 				ReportInterval:  render.Duration(10e9),
 				ReportRefPrefix: "refs/keel/reports/",
+				MaxInstances:    10000,
 			})
 			n3 := m.Node("n3")
 			if n3 == nil {
@@ -2189,6 +2562,30 @@ spec:
 			if a, b := corpusInstance(t, m, "web-0").SpecHash, corpusInstance(t, m, "web-1").SpecHash; a != b {
 				t.Errorf("replicas of one template have specHashes %s and %s, want the same", a, b)
 			}
+		},
+	},
+	{
+		name: "aliases reuse a mapping, and a repository at its instance cap is valid",
+		files: map[string]string{
+			"cluster.yaml":     corpusBase["cluster.yaml"] + "  maxInstances: 3\n",
+			"jails/tools.yaml": "apiVersion: keel/v1\nkind: Jail\nmetadata:\n  name: tools\nspec:\n  image: base/14.2-base\n",
+			"apps/web.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+  labels: &sel {disk: ssd}
+spec:
+  replicas: 2
+  port: 8080
+  template:
+    image: base/14.2-web
+    nodeSelector: *sel
+`,
+		},
+		check: func(t *testing.T, m *render.Model) {
+			corpusEqual(t, "instances", corpusInstanceNames(m), []string{"tools", "web-0", "web-1"})
+			corpusEqual(t, "web-1.NodeSelector", corpusInstance(t, m, "web-1").NodeSelector, map[string]string{"disk": "ssd"})
+			corpusEqual(t, "Cluster.MaxInstances", m.Cluster.MaxInstances, 3)
 		},
 	},
 }

@@ -1,10 +1,15 @@
 package render
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -19,7 +24,12 @@ type scalar interface {
 
 // maxDepth bounds nesting, including through aliases, so that a hostile
 // document (an alias that refers to its own ancestor) cannot recurse forever.
+// A Keel document needs 6 levels (spec.template.volumes[0].name).
 const maxDepth = 32
+
+// msgTooDeep is the one error a document nested deeper than maxDepth gets,
+// wherever the nesting is: nothing of such a document is read.
+var msgTooDeep = fmt.Sprintf("nested too deeply: more than %d levels (the document is not read)", maxDepth)
 
 // decoder turns a yaml.Node tree into Go values strictly: unknown fields,
 // duplicate keys and wrong types are errors with their position, and the
@@ -31,6 +41,10 @@ type decoder struct {
 	pos   map[string]Position
 	empty map[string]bool // paths written with an empty value
 	depth int
+	// refused is set when the document was not decoded at all (it is
+	// nested too deeply): its one error has been reported, and its zero
+	// value must not be checked further.
+	refused bool
 }
 
 func (d *decoder) position(n *yaml.Node) Position {
@@ -66,12 +80,101 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// decode fills v (addressable) from n.
+// maxAliased bounds the values that aliases repeat in one document: what
+// decoding would visit beyond the document's own nodes. Without a bound,
+// a list of a thousand aliases to a mapping of a thousand keys (13 KB)
+// would be decoded as a million values, with an error for each.
+const maxAliased = 10000
+
+// msgAliased is the one error of a document whose aliases repeat more.
+var msgAliased = fmt.Sprintf("aliases repeat more than %d values (the document is not read)", maxAliased)
+
+// shape measures a document before it is decoded: its depth, aliases
+// followed, and how much its aliases repeat. The walk never follows an
+// alias (an anchored node is measured once, where it is written, and
+// every alias to it adds that measure), so it visits each node once and
+// recurses at most maxDepth+1 deep, whatever the input.
+type shape struct {
+	anchored map[*yaml.Node]extent // anchored nodes already measured
+	aliased  int                   // values repeated by aliases so far
+	bad      *yaml.Node            // where the document is refused
+	msg      string
+}
+
+type extent struct{ size, height int }
+
+func (s *shape) fail(n *yaml.Node, msg string) extent {
+	if s.bad == nil {
+		s.bad, s.msg = n, msg
+	}
+	return extent{}
+}
+
+// walk measures n, which is at depth (the document's root is at 1), and
+// returns its extent with aliases followed: its number of nodes (capped)
+// and its height.
+func (s *shape) walk(n *yaml.Node, depth int) extent {
+	switch {
+	case s.bad != nil:
+		return extent{}
+	case depth > maxDepth:
+		return s.fail(n, msgTooDeep)
+	case n.Kind == yaml.AliasNode:
+		if n.Alias == nil {
+			return extent{1, 1} // the decoder reports it
+		}
+		e, ok := s.anchored[n.Alias]
+		switch {
+		case !ok: // an alias inside the node it refers to: endless
+			return s.fail(n, msgTooDeep)
+		case depth-1+e.height > maxDepth:
+			return s.fail(n, msgTooDeep)
+		}
+		if s.aliased += e.size; s.aliased > maxAliased {
+			return s.fail(n, msgAliased)
+		}
+		return e
+	}
+	e := extent{1, 1}
+	for _, c := range n.Content {
+		ce := s.walk(c, depth+1)
+		e.size = min(e.size+ce.size, maxAliased+1)
+		e.height = max(e.height, ce.height+1)
+	}
+	if n.Anchor != "" {
+		if s.anchored == nil {
+			s.anchored = map[*yaml.Node]extent{}
+		}
+		s.anchored[n] = e
+	}
+	return e
+}
+
+// decodeDocument fills v (addressable) from a document's root node. A
+// document nested deeper than maxDepth anywhere, aliases followed, or
+// whose aliases repeat more than maxAliased values, gets one error (at the
+// first node too deep, or at the alias) and is not decoded at all:
+// decoding a deep document would meet a type error (a list where a string
+// is expected) long before the depth, and blaming the type would hide what
+// is wrong.
+func (d *decoder) decodeDocument(root *yaml.Node, v reflect.Value) {
+	var s shape
+	if s.walk(root, 1); s.bad != nil {
+		d.diag.errorf(d.position(s.bad), "", "%s", s.msg)
+		d.refused = true
+		return
+	}
+	d.decode(root, v, "")
+}
+
+// decode fills v (addressable) from n. An empty value (key:, ~, null) is an
+// error here: only a struct field may be left empty (see decodeStruct),
+// never a list item or a map value.
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	d.depth++
 	defer func() { d.depth-- }()
 	if d.depth > maxDepth {
-		d.errorf(n, path, "nested too deeply")
+		d.errorf(n, path, "%s", msgTooDeep)
 		return
 	}
 	if n.Kind == yaml.AliasNode {
@@ -83,12 +186,13 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	d.pos[path] = d.position(n)
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
-		if d.empty == nil {
-			d.empty = map[string]bool{}
+	if isNull(n) {
+		msg := fmt.Sprintf("expected %s, got nothing", expected(v.Type()))
+		if v.Kind() == reflect.String {
+			msg += ` (write "" for an empty string)`
 		}
-		d.empty[path] = true
-		return // an empty value leaves the zero value, and defaults apply
+		d.errorf(n, path, "%s", msg)
+		return
 	}
 	if s, ok := v.Addr().Interface().(scalar); ok {
 		if n.Kind != yaml.ScalarNode {
@@ -158,19 +262,24 @@ func (d *decoder) mappingPairs(n *yaml.Node, path string) (keys, values []*yaml.
 		d.errorf(n, path, "expected a mapping (key: value), got %s", describe(n))
 		return nil, nil
 	}
+	// These errors are about one key; the rest of the mapping is decoded,
+	// so they do not silence later checks (diagnoser.undecoded).
+	keyErrorf := func(k *yaml.Node, path, format string, args ...any) {
+		d.diag.errorf(d.position(k), path, format, args...)
+	}
 	seen := make(map[string]*yaml.Node, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		if k.ShortTag() == "!!merge" {
-			d.errorf(k, path, "YAML merge keys (<<) are not supported: write the fields out")
+			keyErrorf(k, path, "YAML merge keys (<<) are not supported: write the fields out")
 			continue
 		}
 		if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!null" {
-			d.errorf(k, path, "expected a key, got %s", describe(k))
+			keyErrorf(k, path, "expected a key, got %s", describe(k))
 			continue
 		}
 		if first, dup := seen[k.Value]; dup {
-			d.errorf(k, join(path, k.Value), "duplicate key (first at line %d)", first.Line)
+			keyErrorf(k, join(path, k.Value), "duplicate key (first at line %d)", first.Line)
 			continue
 		}
 		seen[k.Value] = k
@@ -178,6 +287,28 @@ func (d *decoder) mappingPairs(n *yaml.Node, path string) (keys, values []*yaml.
 		values = append(values, val)
 	}
 	return keys, values
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+// expected names what a value of type t is written as, for messages.
+func expected(t reflect.Type) string {
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[scalar]()) {
+		return "a value"
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return expected(t.Elem())
+	case reflect.String:
+		return "a string"
+	case reflect.Int:
+		return "an integer"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice:
+		return "a list"
+	}
+	return "a mapping (key: value)"
 }
 
 func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
@@ -197,8 +328,45 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			d.errorf(k, join(path, k.Value), "%s", msg)
 			continue
 		}
-		d.decode(values[i], v.Field(idx), join(path, k.Value))
+		p, val, field := join(path, k.Value), values[i], v.Field(idx)
+		if isNull(val) {
+			// A field written empty counts as not written: its default
+			// applies, or the check of a required field reports it.
+			d.pos[p] = d.position(val)
+			if d.empty == nil {
+				d.empty = map[string]bool{}
+			}
+			d.empty[p] = true
+			continue
+		}
+		before := len(d.diag.diags)
+		d.decode(val, field, p)
+		if def, ok := v.Type().Field(idx).Tag.Lookup("default"); ok && len(d.diag.diags) == before && isEmpty(field) {
+			d.errorf(val, p, "%s is not allowed: leave the field out to use the default (%s)", describeEmpty(field), def)
+		}
 	}
+}
+
+// isEmpty reports whether v holds its type's zero: 0, "", or a list or
+// mapping with nothing in it.
+func isEmpty(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Slice, reflect.Map:
+		return v.Len() == 0
+	}
+	return v.IsZero()
+}
+
+func describeEmpty(v reflect.Value) string {
+	switch v.Kind() {
+	case reflect.String:
+		return `""`
+	case reflect.Slice:
+		return "an empty list"
+	case reflect.Map:
+		return "an empty mapping"
+	}
+	return fmt.Sprint(v.Interface())
 }
 
 func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
@@ -304,4 +472,135 @@ func editDistance(a, b string) int {
 		}
 	}
 	return d[len(a)][len(b)]
+}
+
+var yamlErrorLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// yamlMessage splits an error of yaml.v3's parser into the line it gives
+// (0 when none) and its message.
+func yamlMessage(err error) (line int, msg string) {
+	msg = err.Error()
+	if m := yamlErrorLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		return line, msg[len(m[0]):]
+	}
+	return 0, strings.TrimPrefix(msg, "yaml: ")
+}
+
+// yamlSyntaxError returns the position and the message of the error
+// yaml.v3 gives when parsing data (the whole of file), and false when data
+// parses.
+//
+// yaml.v3 gives the line where the enclosing block or flow began, and for
+// parser errors that line counted from 0, so a key indented wrongly on line
+// 10 is reported at line 5 (or 1). The offending character is found
+// instead as the end of the shortest prefix of data that fails with the
+// same message. Parsing is a single pass: a prefix that includes that
+// character fails there, and one that stops before it is the same text cut
+// short, which parses or fails with another message (a cut inside an
+// unclosed [ or { fails like the unclosed list it is, so that error is
+// found where the list opens). The search gallops from the reported line,
+// which is never after the offending character, then bisects: O(log n)
+// parses of the failing document, and only when a file does not parse.
+func yamlSyntaxError(file string, data []byte) (Position, string, bool) {
+	err := parseAll(data)
+	if err == nil {
+		return Position{}, "", false
+	}
+	line, want := yamlMessage(err)
+	msg := "invalid YAML: " + want
+	if strings.HasPrefix(want, "exceeded max depth") {
+		msg = msgTooDeep // the parser's own limit, far above maxDepth
+	}
+	pos := Position{File: file, Line: max(line, 1), Column: 1}
+	// Documents are parsed independently, so prefixes are parsed from the
+	// start of the document holding the reported line, not of the file.
+	lo := lineOffset(data, line)
+	base := documentStart(data, lo)
+	fails := func(n int) bool {
+		err := parseAll(data[base:n])
+		if err == nil {
+			return false
+		}
+		_, got := yamlMessage(err)
+		return got == want
+	}
+	if !fails(len(data)) {
+		base = 0 // a document that needs what came before it
+	}
+	if lo > base && fails(lo) {
+		lo = base // data[base:lo] must not fail
+	}
+	hi := len(data) // data[base:hi] fails
+	for step := 64; lo+step < hi; step *= 2 {
+		if fails(lo + step) {
+			hi = lo + step
+			break
+		}
+		lo += step
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if fails(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	pos.Line, pos.Column = lineColumn(data, hi-1)
+	return pos, msg, true
+}
+
+// parseAll parses every document of data and returns the first error.
+func parseAll(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		if err := dec.Decode(&n); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// documentStart returns the offset of the start of the document holding
+// the byte at off: the last line starting with the marker --- at or before
+// off, or 0.
+func documentStart(data []byte, off int) int {
+	for start := off; ; start-- {
+		start = bytes.LastIndexByte(data[:max(start, 0)], '\n') + 1
+		if rest := data[start:]; bytes.HasPrefix(rest, []byte("---")) && (len(rest) == 3 || strings.IndexByte(" \t\r\n", rest[3]) >= 0) {
+			return start
+		}
+		if start == 0 {
+			return 0
+		}
+	}
+}
+
+// lineOffset returns the offset of the start of 1-based line in data, or 0
+// when data has fewer lines.
+func lineOffset(data []byte, line int) int {
+	off := 0
+	for range line - 1 {
+		i := bytes.IndexByte(data[off:], '\n')
+		if i < 0 {
+			return 0
+		}
+		off += i + 1
+	}
+	return off
+}
+
+// lineColumn returns the 1-based line and column (counted in characters,
+// as yaml.v3 counts them) of the byte at off.
+func lineColumn(data []byte, off int) (line, col int) {
+	off = max(min(off, len(data)-1), 0)
+	start := bytes.LastIndexByte(data[:off], '\n') + 1
+	for off > start && !utf8.RuneStart(data[off]) {
+		off-- // the last byte of a multi-byte character: count the character
+	}
+	return bytes.Count(data[:start], []byte{'\n'}) + 1, utf8.RuneCount(data[start:off]) + 1
 }

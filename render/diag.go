@@ -116,7 +116,8 @@ type diagnoser struct {
 	// undecoded holds the fields whose value could not be decoded. Later
 	// checks see only the zero value there, and an error about it ("0 is
 	// not a TCP port" for port: "8080") would blame the user for something
-	// they did not write, so errors at the same field and position are
+	// they did not write, so errors at the same position about the same
+	// field, or a field inside it (the name of a volume written ~), are
 	// dropped.
 	undecoded map[fieldAt]bool
 }
@@ -127,8 +128,15 @@ type fieldAt struct {
 }
 
 func (c *diagnoser) errorf(pos Position, field, format string, args ...any) {
-	if c.undecoded[fieldAt{pos, field}] {
-		return
+	for f := field; len(c.undecoded) > 0; {
+		if c.undecoded[fieldAt{pos, f}] {
+			return
+		}
+		i := strings.LastIndexAny(f, ".[")
+		if i < 0 {
+			break
+		}
+		f = f[:i]
 	}
 	c.diags = append(c.diags, Diagnostic{Severity: SeverityError, Pos: pos, Field: field, Message: fmt.Sprintf(format, args...)})
 }

@@ -1,7 +1,9 @@
 package render_test
 
 import (
+	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -21,6 +23,12 @@ func FuzzRender(f *testing.F) {
 		"apiVersion: keel/v1\nkind: Jail\nmetadata: &m {name: a}\nspec: {<<: *m}\n",
 		"apiVersion: keel/v1\nkind: Node\nmetadata: {name: n}\nspec: {address: 10.0.0.1, podCIDR: 10.200.1.0/24}\n",
 		"\xef\xbb\xbfapiVersion: keel/v1\nkind: Jail\n",
+		"apiVersion: keel/v1\nkind: Jail\nmetadata: {name: a, labels: {x: }}\nspec: {image: base/x, command: [/bin/sh, null], env: {A: ~}, volumes: [~]}\n",
+		"apiVersion: keel/v1\nkind: Jail\nmetadata: {name: a}\nspec: {image: " + strings.Repeat("[", 40) + strings.Repeat("]", 40) + "}\n",
+		"apiVersion: keel/v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  port: 80\n  template:\n    image: base/x\n    restartPolicy: Always\n   node: n1\n",
+		"apiVersion: keel/v1\nkind: Service\nmetadata: {name: web}\nspec: {replicas: 10000, port: 80, template: {image: base/x, command: [], node: \"\"}}\n---\napiVersion: keel/v1\nkind: Service\nmetadata: {name: api}\nspec: {replicas: 10000, port: 80, template: {image: base/x}}\n",
+		"apiVersion: keel/v1\nkind: Ingress\nmetadata: {name: i}\nspec: {host: a.b, path: \"\", backend: {service: web, port: 0}}\n",
+		"apiVersion: keel/v1\nkind: Jail\nmetadata: {name: a}\nspec: {image: base/x, env: &e {A: b, C: d}, volumes: [*e, *e, *e], command: &c [x, *c]}\n",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s), []byte("apiVersion: keel/v1\nkind: Lock\nsubnets: {n1: 10.200.1.0/24}\nvips: {web: 10.201.0.9}\npins: {}\n"))
@@ -41,6 +49,9 @@ func FuzzRender(f *testing.F) {
 			for _, d := range ie.Diagnostics {
 				if d.Pos.File == "" || d.Message == "" {
 					t.Fatalf("diagnostic without a position or message: %#v", d)
+				}
+				if d.Pos.File == "apps/x.yaml" && d.Pos.Line > bytes.Count(spec, []byte("\n"))+1 {
+					t.Fatalf("diagnostic past the end of the file: %#v", d)
 				}
 			}
 		}

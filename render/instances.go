@@ -9,6 +9,7 @@ import (
 )
 
 // maxReplicas bounds a Service's replica count to catch typos (30000 for 3).
+// The cluster as a whole is bounded by its maxInstances (see overCap).
 const maxReplicas = 10000
 
 var restartPolicies = []string{"Always", "OnFailure", "Never"}
@@ -172,6 +173,10 @@ func (r *renderer) buildInstances(m *Model) {
 		}
 	}
 
+	over := r.overCap(m)
+	if !over {
+		m.Instances = make([]Instance, 0, r.declaredInstances())
+	}
 	for _, d := range r.jails {
 		r.checkMetadata(d.v.Metadata, d.at)
 		name := d.v.Metadata.Name
@@ -234,6 +239,18 @@ func (r *renderer) buildInstances(m *Model) {
 		if last := fmt.Sprintf("%s-%d", name, max(svc.Replicas-1, 0)); len(last) > MaxNameLength && checkName(name) == "" {
 			r.diag.errorf(d.at("metadata.name"), "metadata.name", "replica name %q would be longer than %d characters", last, MaxNameLength)
 		}
+		if over {
+			// Reported by overCap; expanding is what must not happen.
+			m.Services = append(m.Services, svc)
+			continue
+		}
+		svc.Instances = make([]string, 0, svc.Replicas)
+		// Replicas without volumes have the same spec: hash it once.
+		var statelessHash string
+		if len(tmpl.Volumes) == 0 {
+			tmpl.Volumes = nil
+			statelessHash = SpecHash(tmpl)
+		}
 		for i := range svc.Replicas {
 			rname := fmt.Sprintf("%s-%d", name, i)
 			spec := tmpl
@@ -259,7 +276,10 @@ func (r *renderer) buildInstances(m *Model) {
 				continue
 			}
 			claimVolumes(&inst, d.at, "spec.template")
-			inst.SpecHash = SpecHash(inst.Spec)
+			inst.SpecHash = statelessHash
+			if inst.SpecHash == "" {
+				inst.SpecHash = SpecHash(inst.Spec)
+			}
 			m.Instances = append(m.Instances, inst)
 			svc.Instances = append(svc.Instances, rname)
 		}
@@ -267,6 +287,60 @@ func (r *renderer) buildInstances(m *Model) {
 	}
 	slices.SortFunc(m.Instances, func(a, b Instance) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(m.Services, func(a, b Service) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// replicas is the number of replicas d declares, 0 when that number is
+// invalid (buildInstances reports it).
+func replicas(d doc[serviceDoc]) int {
+	switch n := d.v.Spec.Replicas; {
+	case n == nil:
+		return 1
+	case *n < 0 || *n > maxReplicas:
+		return 0
+	default:
+		return *n
+	}
+}
+
+// declaredInstances counts the instances the repository declares: its
+// Jails and every Service's replicas.
+func (r *renderer) declaredInstances() int {
+	n := len(r.jails)
+	for _, d := range r.services {
+		n += replicas(d)
+	}
+	return n
+}
+
+// overCap reports whether the repository declares more instances than the
+// cluster's cap (spec.maxInstances), and if so reports it once: at the
+// replicas of the Service that crosses the cap, Jails counted first, or at
+// the Jail that does. It counts before anything is expanded, so that a
+// spec of a few kilobytes (a hundred Services of 10000 replicas) is
+// refused in milliseconds instead of building a million instances.
+func (r *renderer) overCap(m *Model) bool {
+	limit, total := m.Cluster.MaxInstances, r.declaredInstances()
+	if total <= limit {
+		return false
+	}
+	const raise = "raise spec.maxInstances in " + ClusterFile
+	if len(r.jails) > limit {
+		d := r.jails[limit]
+		r.diag.errorf(d.at(""), "", "this Jail brings the cluster to %d instances (Jails and Service replicas), more than its maxInstances of %d: remove some, or %s (at most %d)", total, limit, raise, MaxInstancesLimit)
+		return true
+	}
+	n := len(r.jails)
+	for _, d := range r.services {
+		if n += replicas(d); n > limit {
+			these := fmt.Sprintf("%d replicas bring", replicas(d))
+			if replicas(d) == 1 {
+				these = "1 replica brings"
+			}
+			r.diag.errorf(d.at("spec.replicas"), "spec.replicas", "%s the cluster to %d instances (Jails and Service replicas), more than its maxInstances of %d: lower replicas, or %s (at most %d)", these, total, limit, raise, MaxInstancesLimit)
+			break
+		}
+	}
+	return true
 }
 
 // placeAddress checks a Jail's explicit address and binds the Jail to the

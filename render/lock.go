@@ -34,14 +34,20 @@ func parseLock(data []byte, diag *diagnoser) (Lock, *decoder) {
 	dec := &decoder{file: LockFile, diag: diag, pos: map[string]Position{}}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		diag.errorf(Position{File: LockFile, Line: 1, Column: 1}, "", "invalid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		pos, msg, ok := yamlSyntaxError(LockFile, data)
+		if !ok {
+			pos, msg = Position{File: LockFile, Line: 1, Column: 1}, "invalid YAML: "+strings.TrimPrefix(err.Error(), "yaml: ")
+		}
+		diag.errorf(pos, "", "%s", msg)
 		return Lock{}, dec
 	}
 	if len(root.Content) == 0 {
 		return Lock{}, dec
 	}
 	var d lockDoc
-	dec.decode(root.Content[0], reflect.ValueOf(&d).Elem(), "")
+	if dec.decodeDocument(root.Content[0], reflect.ValueOf(&d).Elem()); dec.refused {
+		return Lock{}, dec
+	}
 	if d.APIVersion != APIVersion || d.Kind != "Lock" {
 		diag.errorf(dec.at("kind"), "kind", "keel.lock must start with apiVersion: %s and kind: Lock", APIVersion)
 	}

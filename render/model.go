@@ -2,8 +2,7 @@ package render
 
 import (
 	"net/netip"
-	"slices"
-	"strings"
+	"sort"
 )
 
 // Defaults of the Cluster document, as documented in docs/spec.md.
@@ -22,6 +21,10 @@ const (
 	DefaultCPU             = CPU(1000)
 	DefaultMemory          = Bytes(512 << 20)
 	DefaultPath            = "/"
+	// DefaultMaxInstances is the cluster's instance cap when cluster.yaml
+	// sets none, and MaxInstancesLimit the largest cap it may set.
+	DefaultMaxInstances = 10000
+	MaxInstancesLimit   = 100000
 )
 
 // DefaultCommand is what a jail runs when its spec names no command: the
@@ -58,6 +61,9 @@ type Cluster struct {
 	Suspend         bool     `json:"suspend" yaml:"suspend"`
 	AllowEmpty      bool     `json:"allowEmpty" yaml:"allowEmpty"`
 	MinAgentVersion string   `json:"minAgentVersion" yaml:"minAgentVersion"`
+	// MaxInstances caps the number of instances (Jails plus Service
+	// replicas) the repository may declare.
+	MaxInstances int `json:"maxInstances" yaml:"maxInstances"`
 }
 
 // AllocationSource says where a node subnet or a VIP came from.
@@ -196,8 +202,10 @@ func (m *Model) Instance(name string) *Instance {
 
 // find looks name up in s, which is sorted by name.
 func find[T any](s []T, name string, key func(*T) string) *T {
-	i, ok := slices.BinarySearchFunc(s, name, func(e T, n string) int { return strings.Compare(key(&e), n) })
-	if !ok {
+	// By index: a comparison function taking the element by value would
+	// copy it to the heap at every step.
+	i := sort.Search(len(s), func(i int) bool { return key(&s[i]) >= name })
+	if i == len(s) || key(&s[i]) != name {
 		return nil
 	}
 	return &s[i]

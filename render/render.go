@@ -20,18 +20,33 @@ import (
 // the repository has errors, the error is an *InvalidError listing all of
 // them, and the partial model is still returned so that callers can show
 // the warnings too. Any other error is an I/O failure.
+//
+// A directory without cluster.yaml (or cluster.yml) at its root is not a
+// cluster repository: Render then reads nothing else and returns one error,
+// rather than reporting every YAML file of whatever tree it was pointed at.
 func Render(fsys fs.FS) (*Model, error) {
+	switch ok, err := isClusterRepo(fsys); {
+	case err != nil:
+		return nil, err
+	case !ok:
+		m := &Model{Diagnostics: Diagnostics{{
+			Severity: SeverityError,
+			Pos:      Position{File: ClusterFile},
+			Message:  fmt.Sprintf("missing: there is no %s here, so this is not a cluster repository and nothing else was read (is --repo the right directory?)", ClusterFile),
+		}}}
+		return m, &InvalidError{Diagnostics: m.Diagnostics}
+	}
 	files, err := SpecFiles(fsys)
 	if err != nil {
 		return nil, err
 	}
-	r := &renderer{fsys: fsys}
+	r := &renderer{fsys: fsys, unread: map[string]bool{}}
 	for _, f := range files {
 		data, err := fs.ReadFile(fsys, f)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", f, err)
 		}
-		for _, d := range splitDocuments(f, data, &r.diag) {
+		for _, d := range r.documents(f, data) {
 			r.add(d)
 		}
 	}
@@ -53,6 +68,40 @@ func Render(fsys fs.FS) (*Model, error) {
 
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
+// isClusterRepo reports whether fsys has a Cluster file at its root.
+func isClusterRepo(fsys fs.FS) (bool, error) {
+	for _, name := range []string{ClusterFile, "cluster.yml"} {
+		_, err := fs.Stat(fsys, name)
+		switch {
+		case err == nil:
+			return true, nil
+		case !isNotExist(err):
+			return false, fmt.Errorf("read %s: %w", name, err)
+		}
+	}
+	return false, nil
+}
+
+// documents splits file into its documents. A YAML syntax error gets the
+// position of the offending character (see yamlSyntaxError), and a file
+// whose documents could not all be read is remembered in r.unread.
+func (r *renderer) documents(file string, data []byte) []rawDoc {
+	var diag diagnoser
+	docs := splitDocuments(file, data, &diag)
+	for _, d := range diag.diags {
+		if d.Severity == SeverityError {
+			r.unread[file] = true
+		}
+		if strings.HasPrefix(d.Message, "invalid YAML: ") && d.Field == "" {
+			if pos, msg, ok := yamlSyntaxError(file, data); ok {
+				d.Pos, d.Message = pos, msg
+			}
+		}
+		r.diag.diags = append(r.diag.diags, d)
+	}
+	return docs
+}
+
 // doc is a decoded document with the positions of its fields.
 type doc[T any] struct {
 	v   T
@@ -69,8 +118,12 @@ func (d doc[T]) written(field string) bool {
 }
 
 type renderer struct {
-	fsys     fs.FS
-	diag     diagnoser
+	fsys fs.FS
+	diag diagnoser
+	// unread holds the files with a document that could not be read (bad
+	// YAML, not a Keel document, nested too deeply). Its one error says
+	// so; a Cluster missing because of it is not reported again.
+	unread   map[string]bool
 	clusters []doc[clusterDoc]
 	nodes    []doc[nodeDoc]
 	jails    []doc[jailDoc]
@@ -81,25 +134,30 @@ type renderer struct {
 	hasLock  bool
 }
 
-func decodeDoc[T any](r *renderer, d rawDoc) doc[T] {
+// addDoc decodes d and appends it to docs, unless it was refused whole.
+func addDoc[T any](r *renderer, docs *[]doc[T], d rawDoc) {
 	dec := &decoder{file: d.file, diag: &r.diag, pos: map[string]Position{}}
 	var v T
-	dec.decode(d.node, reflect.ValueOf(&v).Elem(), "")
-	return doc[T]{v: v, dec: dec}
+	dec.decodeDocument(d.node, reflect.ValueOf(&v).Elem())
+	if dec.refused {
+		r.unread[d.file] = true
+		return
+	}
+	*docs = append(*docs, doc[T]{v: v, dec: dec})
 }
 
 func (r *renderer) add(d rawDoc) {
 	switch d.kind {
 	case KindCluster:
-		r.clusters = append(r.clusters, decodeDoc[clusterDoc](r, d))
+		addDoc(r, &r.clusters, d)
 	case KindNode:
-		r.nodes = append(r.nodes, decodeDoc[nodeDoc](r, d))
+		addDoc(r, &r.nodes, d)
 	case KindJail:
-		r.jails = append(r.jails, decodeDoc[jailDoc](r, d))
+		addDoc(r, &r.jails, d)
 	case KindService:
-		r.services = append(r.services, decodeDoc[serviceDoc](r, d))
+		addDoc(r, &r.services, d)
 	case KindIngress:
-		r.ingress = append(r.ingress, decodeDoc[ingressDoc](r, d))
+		addDoc(r, &r.ingress, d)
 	}
 }
 
@@ -164,9 +222,12 @@ func (r *renderer) buildCluster(m *Model) {
 		LivenessTTL:     DefaultLivenessTTL,
 		ReportInterval:  DefaultReportInterval,
 		ReportRefPrefix: DefaultReportRefPrefix,
+		MaxInstances:    DefaultMaxInstances,
 	}
 	if len(r.clusters) == 0 {
-		r.diag.errorf(Position{File: ClusterFile}, "", "missing: a cluster repository has one Cluster document in %s at its root (is --repo the right directory?)", ClusterFile)
+		if !r.unread[ClusterFile] && !r.unread["cluster.yml"] {
+			r.diag.errorf(Position{File: ClusterFile}, "", "missing: a cluster repository has one Cluster document in %s at its root (is --repo the right directory?)", ClusterFile)
+		}
 		m.Cluster = c
 		return
 	}
@@ -199,6 +260,13 @@ func (r *renderer) buildCluster(m *Model) {
 	c.Suspend = s.Suspend
 	c.AllowEmpty = s.AllowEmpty
 	c.MinAgentVersion = s.MinAgentVersion
+	if s.MaxInstances != 0 {
+		if s.MaxInstances < 1 || s.MaxInstances > MaxInstancesLimit {
+			r.diag.errorf(d.at("spec.maxInstances"), "spec.maxInstances", "%d is not an instance cap (1-%d)", s.MaxInstances, MaxInstancesLimit)
+		} else {
+			c.MaxInstances = s.MaxInstances
+		}
+	}
 	m.Cluster = c
 
 	if c.PodCIDR.Bits() > 24 {

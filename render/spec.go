@@ -3,6 +3,11 @@ package render
 // The types in this file are the documents as users write them. Field names
 // are part of Keel's interface (see docs/spec.md); the decoder is strict, so
 // every field a user may write is listed here and nothing else.
+//
+// A field tagged default:"..." has a default that applies when the field is
+// left out (or written empty: key:, ~, null). Written as its type's zero
+// (0, "", []) it is an error that names the default: the zero is never
+// silently taken as "not set".
 
 // APIVersion is the only apiVersion this version of Keel reads.
 const APIVersion = "keel/v1"
@@ -41,6 +46,7 @@ type clusterInput struct {
 	Suspend         bool     `yaml:"suspend"`
 	AllowEmpty      bool     `yaml:"allowEmpty"`
 	MinAgentVersion string   `yaml:"minAgentVersion"`
+	MaxInstances    int      `yaml:"maxInstances" default:"10000"`
 }
 
 type nodeDoc struct {
@@ -55,7 +61,7 @@ type nodeInput struct {
 	PodCIDR     Prefix          `yaml:"podCIDR"`
 	Capacity    *resourcesInput `yaml:"capacity"`
 	Schedulable *bool           `yaml:"schedulable"`
-	ReportKey   string          `yaml:"reportKey"`
+	ReportKey   string          `yaml:"reportKey" default:"none: the node's reports are not signed"`
 }
 
 type jailDoc struct {
@@ -69,19 +75,19 @@ type jailDoc struct {
 // network.address is refused: each replica gets its own).
 type jailInput struct {
 	Image         string            `yaml:"image"`
-	Command       []string          `yaml:"command"`
+	Command       []string          `yaml:"command" default:"/bin/sh /etc/rc"`
 	Env           map[string]string `yaml:"env"`
 	Network       networkInput      `yaml:"network"`
 	Resources     resourcesInput    `yaml:"resources"`
-	RestartPolicy string            `yaml:"restartPolicy"`
+	RestartPolicy string            `yaml:"restartPolicy" default:"Always"`
 	Volumes       []volumeInput     `yaml:"volumes"`
-	Node          string            `yaml:"node"`
+	Node          string            `yaml:"node" default:"any node the planner picks"`
 	NodeSelector  map[string]string `yaml:"nodeSelector"`
 }
 
 type networkInput struct {
 	VNet    bool   `yaml:"vnet"`
-	Bridge  string `yaml:"bridge"`
+	Bridge  string `yaml:"bridge" default:"the Cluster's bridge"`
 	Address Addr   `yaml:"address"`
 }
 
@@ -118,14 +124,14 @@ type ingressDoc struct {
 
 type ingressInput struct {
 	Host    string       `yaml:"host"`
-	Path    string       `yaml:"path"`
+	Path    string       `yaml:"path" default:"/"`
 	Backend backendInput `yaml:"backend"`
 	TLS     *tlsInput    `yaml:"tls"`
 }
 
 type backendInput struct {
 	Service string `yaml:"service"`
-	Port    int    `yaml:"port"`
+	Port    int    `yaml:"port" default:"the Service's port"`
 }
 
 type tlsInput struct {
