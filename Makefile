@@ -28,9 +28,12 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzPushRef$$' -fuzztime=5s ./sync
 	$(GO) test -run='^$$' -fuzz='^FuzzAuthenticate$$' -fuzztime=5s ./sync
 
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@2026.2.2
+
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 ## bench: every benchmark, printed as a table (figures go to docs/benchmarks.md).
 BENCHTIME ?= 5x
