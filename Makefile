@@ -28,7 +28,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzPushRef$$' -fuzztime=5s ./sync
 	$(GO) test -run='^$$' -fuzz='^FuzzAuthenticate$$' -fuzztime=5s ./sync
 
-STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@2026.2.2
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

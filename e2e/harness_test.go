@@ -65,7 +65,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	keelBin, demoBin = filepath.Join(dir, "keel"), filepath.Join(dir, "keel-demo")
-	if err := build(keelBin, raceEnabled); err == nil && raceEnabled {
+	err = build(keelBin, raceEnabled)
+	if err == nil && raceEnabled {
 		err = build(demoBin, false)
 	} else if err == nil {
 		err = os.Link(keelBin, demoBin)

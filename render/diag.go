@@ -155,10 +155,6 @@ func (c *diagnoser) warnf(pos Position, field, format string, args ...any) {
 	c.diags = append(c.diags, Diagnostic{Severity: SeverityWarning, Pos: pos, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-func (c *diagnoser) hasErrors() bool {
-	return slices.ContainsFunc(c.diags, func(d Diagnostic) bool { return d.Severity == SeverityError })
-}
-
 // MarshalText writes the position as file:line:col.
 func (p Position) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 

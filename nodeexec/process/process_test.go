@@ -393,12 +393,20 @@ func TestRunningReadsEachEnvironOnce(t *testing.T) {
 	if r, err := d.Running(t.Context()); err != nil || len(r) != 3 {
 		t.Fatalf("Running = %v, %v", r, err)
 	}
-	before := d.environReads.Load()
-	if r, err := d.Running(t.Context()); err != nil || len(r) != 3 {
-		t.Fatalf("Running = %v, %v", r, err)
+	// Processes that other tests start meanwhile are read once each: on a
+	// busy machine, one of a few passes must read (almost) nothing again.
+	var n int64
+	for range 5 {
+		before := d.environReads.Load()
+		if r, err := d.Running(t.Context()); err != nil || len(r) != 3 {
+			t.Fatalf("Running = %v, %v", r, err)
+		}
+		if n = d.environReads.Load() - before; n <= 1 {
+			break
+		}
 	}
-	if n := d.environReads.Load() - before; n > 1 { // a process that started meanwhile, at most
-		t.Errorf("the second Running read %d environments again", n)
+	if n > 1 {
+		t.Errorf("every later Running read %d or more environments again", n)
 	}
 }
 
