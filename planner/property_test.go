@@ -988,3 +988,112 @@ func TestPropertyOutputsAgreeWithReports(t *testing.T) {
 		}
 	})
 }
+
+// TestPropertyHostileClocks (issue 8 items 3, 4, 8) adds hostile reports to
+// a scenario: ghosts (nodes outside the inventory) dated anywhere from the
+// epoch to years ahead and listing any instance in any state, and copies
+// of inventory reports dated far ahead, far behind or at equal times. The
+// clock and the cluster time stay within MaxClockLead of the reader; a
+// ghost moves nothing; every stateful placement waits for every other node
+// whose newest report lists it not stopped, and for no other.
+func TestPropertyHostileClocks(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		sc := genScenario(t)
+		lead := MaxClockLead(sc.model)
+		if lead != sc.ttl/3 {
+			t.Fatalf("MaxClockLead %s for TTL %s", lead, sc.ttl)
+		}
+		hostileTime := func(label string) time.Time {
+			switch rapid.IntRange(0, 5).Draw(t, label+"Kind") {
+			case 0:
+				return time.Unix(0, 0).UTC() // far past
+			case 1:
+				return sc.now.Add(time.Duration(rapid.IntRange(1, 20*365*24).Draw(t, label+"Hours")) * time.Hour) // far future
+			case 2:
+				return sc.now // equal to the reader
+			case 3:
+				return sc.now.Add(lead) // exactly the bound
+			case 4:
+				return sc.now.Add(lead + time.Millisecond) // just past it
+			default:
+				return sc.now.Add(time.Duration(rapid.IntRange(-7200, 7200).Draw(t, label+"Secs")) * time.Second)
+			}
+		}
+		var names []string
+		for _, inst := range sc.model.Instances {
+			names = append(names, inst.Name)
+		}
+		var ghosts []report.Report
+		for g := range rapid.IntRange(0, 3).Draw(t, "ghosts") {
+			r := reportOf(fmt.Sprintf("ghost%d", g), hostileTime("ghost"))
+			if len(names) > 0 {
+				for range rapid.IntRange(0, 3).Draw(t, "ghostInstances") {
+					name := rapid.SampledFrom(names).Draw(t, "ghostInstance")
+					if r.Instance(name) == nil {
+						r.Instances = append(r.Instances, report.Instance{Name: name, State: rapid.SampledFrom(genStates).Draw(t, "ghostState")})
+					}
+				}
+			}
+			ghosts = append(ghosts, r)
+		}
+		reports := slices.Clone(sc.reports)
+		for range rapid.IntRange(0, 2).Draw(t, "liars") {
+			if len(sc.reports) == 0 {
+				break
+			}
+			liar := rapid.SampledFrom(sc.reports).Draw(t, "liar")
+			liar.Time = hostileTime("liar")
+			if rapid.Bool().Draw(t, "liarClock") {
+				liar.Clock = hostileTime("liarClock")
+			}
+			reports = append(reports, liar)
+		}
+		in := Input{Model: sc.model, Commit: sc.commit, Reports: reports, Now: sc.now}
+		p := Compute(in)
+		if p.ClusterTime.After(sc.now.Add(lead)) {
+			t.Fatalf("cluster time %s, more than %s ahead of the reader's %s", p.ClusterTime, lead, sc.now)
+		}
+		withGhosts := append(slices.Clone(reports), ghosts...)
+		if c := PeerClock(sc.model, withGhosts, sc.now); c.Before(sc.now) || c.After(sc.now.Add(lead)) {
+			t.Fatalf("peer clock %s, outside [now, now+%s]", c, lead)
+		}
+		// A ghost moves nothing: same alive set, same nodes, same addresses.
+		in.Reports = withGhosts
+		pg := Compute(in)
+		if !slices.Equal(aliveNames(pg), aliveNames(p)) || !pg.ClusterTime.Equal(p.ClusterTime) {
+			t.Fatalf("ghosts changed the alive set %v → %v or the cluster time", aliveNames(p), aliveNames(pg))
+		}
+		for _, a := range p.Placements {
+			b := placementOf(pg, a.Instance)
+			if b == nil || b.Node != a.Node || b.Address != a.Address || b.Generation != a.Generation {
+				t.Fatalf("ghosts moved %s: %+v → %+v", a.Instance, a, b)
+			}
+		}
+		// Break before make, replayed: the newest report of each node.
+		newest := map[string]*report.Report{}
+		for i := range withGhosts {
+			r := &withGhosts[i]
+			if cur := newest[r.Node]; cur == nil || r.Time.After(cur.Time) || (r.Time.Equal(cur.Time) && bytes.Compare(r.Marshal(), cur.Marshal()) > 0) {
+				newest[r.Node] = r
+			}
+		}
+		for _, pl := range pg.Placements {
+			if !sc.model.Instance(pl.Instance).Stateful {
+				if len(pl.WaitsFor) > 0 {
+					t.Fatalf("stateless %s waits for %v", pl.Instance, pl.WaitsFor)
+				}
+				continue
+			}
+			var want []string
+			for node, r := range newest {
+				if ri := r.Instance(pl.Instance); node != pl.Node && ri != nil && ri.State != report.StateStopped {
+					want = append(want, node)
+				}
+			}
+			slices.Sort(want)
+			if !slices.Equal(pl.WaitsFor, want) {
+				t.Fatalf("stateful %s on %s waits for %v, want %v", pl.Instance, pl.Node, pl.WaitsFor, want)
+			}
+		}
+	})
+}
