@@ -568,11 +568,9 @@ func TestPropertyShuffledInputSamePlan(t *testing.T) {
 		// clock off by up to half a minute, but (like the first) not so far
 		// behind the newest report that the clock cap applies: readers
 		// agree whatever their clocks within that bound.
-		now := sc.now
-		if lo := want.ClusterTime.Add(-sc.ttl / 3); !want.ClusterTime.Before(sc.now.Add(sc.ttl / 3)) {
-			now = sc.now // capped: only the same clock gives the same cap
-		} else {
-			now = lo.Add(time.Duration(rng.IntN(60001)) * time.Millisecond)
+		now := sc.now // capped: only the same clock gives the same cap
+		if want.ClusterTime.Before(sc.now.Add(sc.ttl / 3)) {
+			now = want.ClusterTime.Add(-sc.ttl / 3).Add(time.Duration(rng.IntN(60001)) * time.Millisecond)
 		}
 		in := Input{
 			Model:   renderFS(t, sc.repo.fs(rng)),
