@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -112,8 +113,7 @@ type Agent struct {
 	refused     *report.Refusal
 	peers       []report.Report
 	peerProblem []string
-	newestPeer  time.Time // newest peer report time at the last fetch
-	fetchedAt   time.Time
+	fetchedAt   time.Time // when peers were fetched, for the clock rule
 	plan        *planner.Plan
 	lastPublish struct {
 		content string
@@ -123,6 +123,9 @@ type Agent struct {
 	gitErr    string
 	cluster   render.Cluster
 	restarted map[string]int
+	// waiting is what the last pass waited for (break before make), to log
+	// it when it changes rather than at every pass.
+	waiting string
 	// proxied is what the service proxies were last set to, for the report.
 	proxied []proxy.Service
 
@@ -301,18 +304,14 @@ func (a *Agent) onFetch(res fetchResult) bool {
 	a.metrics.SyncDuration.Observe(res.took.Seconds())
 	a.metrics.SyncLastSuccess.Set(float64(now.Unix()))
 	if res.changedReports {
-		// The clock rule needs the newest peer time and when it was seen.
+		// The clock rule needs the peers' reports and when they were seen.
 		a.fetchedAt = now
 		a.peers = a.peers[:0]
-		a.newestPeer = time.Time{}
 		for _, r := range res.reports {
 			if r.Node == a.opts.Node {
 				continue // this node's own report is made fresh at each pass
 			}
 			a.peers = append(a.peers, r)
-			if r.Time.After(a.newestPeer) && !r.Time.After(now.Add(time.Hour)) {
-				a.newestPeer = r.Time
-			}
 		}
 		a.peerProblem = res.problems
 		for _, p := range res.problems {
@@ -405,12 +404,25 @@ func (a *Agent) appliedCommit() string {
 	return a.applied.commit
 }
 
-// reportTime is max(local clock, newest peer report at the last fetch +
-// time elapsed since), so that a node with a slow clock still looks alive.
+// reportTime is max(local clock, the peer clock at the last fetch + time
+// elapsed since), so that a node with a slow clock still looks alive. The
+// peer clock (planner.PeerClock) follows only the reports the planner
+// accepts, never more than planner.MaxClockLead ahead of the local clock
+// at that fetch, and it is recomputed from the peers' reports as they are
+// now, so a report that led stops counting as soon as it goes.
 func (a *Agent) reportTime(now time.Time) time.Time {
 	t := now
-	if !a.newestPeer.IsZero() {
-		if peer := a.newestPeer.Add(now.Sub(a.fetchedAt)); peer.After(t) {
+	if a.applied != nil && !a.fetchedAt.IsZero() {
+		peer := planner.PeerClock(a.applied.model, a.peers, a.fetchedAt)
+		if elapsed := now.Sub(a.fetchedAt); elapsed > 0 {
+			peer = peer.Add(elapsed)
+		}
+		// A fetch dated ahead of now (the local clock stepped back) must
+		// not carry its lead past the bound either.
+		if limit := now.Add(planner.MaxClockLead(a.applied.model)); peer.After(limit) {
+			peer = limit
+		}
+		if peer.After(t) {
 			t = peer
 		}
 	}
@@ -464,6 +476,13 @@ func (a *Agent) pass(ctx context.Context) {
 		a.log.Error("reconcile pass failed", "err", err)
 	}
 	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
+	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
+	if w := waitingText(res.Waiting); w != a.waiting {
+		a.waiting = w
+		if w != "" {
+			a.log.Info("stateful instances wait for another node to stop them (break before make)", "waiting", w)
+		}
+	}
 	if res.Created+res.Restarted+res.Replaced+res.Stopped+res.Removed > 0 {
 		a.log.Info("reconciled", "created", res.Created, "restarted", res.Restarted, "replaced", res.Replaced,
 			"stopped", res.Stopped, "removed", res.Removed, "errors", len(res.Errors), "plan", short(plan.PlanID))
@@ -471,6 +490,15 @@ func (a *Agent) pass(ctx context.Context) {
 	a.network(ctx, m, plan)
 	a.updateInstanceMetrics(m)
 	a.publish(ctx, now)
+}
+
+// waitingText describes the instances a pass waited for, in name order.
+func waitingText(w map[string]error) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(w)) {
+		parts = append(parts, name+": "+w[name].Error())
+	}
+	return strings.Join(parts, "; ")
 }
 
 // warmingUp returns, during the first livenessTTL after the agent starts,
@@ -528,7 +556,7 @@ func (a *Agent) network(ctx context.Context, m *render.Model, plan *planner.Plan
 // ownReport builds this node's report from what it holds now.
 func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	r := report.Report{
-		Node: a.opts.Node, Time: a.reportTime(now), AgentVersion: a.opts.Version,
+		Node: a.opts.Node, Time: a.reportTime(now), Clock: now.UTC().Truncate(time.Millisecond), AgentVersion: a.opts.Version,
 		Commit: a.appliedCommit(), Refused: a.refused,
 	}
 	if a.plan != nil {
@@ -559,10 +587,10 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID
 	}
-	t := r.Time
-	r.Time = time.Time{}
+	t, c := r.Time, r.Clock
+	r.Time, r.Clock = time.Time{}, time.Time{}
 	content := string(r.Marshal())
-	r.Time = t
+	r.Time, r.Clock = t, c
 	interval := time.Duration(a.cluster.ReportInterval)
 	if interval == 0 {
 		interval = time.Duration(render.DefaultReportInterval)
@@ -649,13 +677,12 @@ func versionLess(have, want string) bool {
 const peersFile = "peers.json"
 
 type savedPeers struct {
-	FetchedAt  time.Time       `json:"fetchedAt"`
-	NewestPeer time.Time       `json:"newestPeer"`
-	Reports    []report.Report `json:"reports"`
+	FetchedAt time.Time       `json:"fetchedAt"`
+	Reports   []report.Report `json:"reports"`
 }
 
 func (a *Agent) savePeers() error {
-	data, err := json.Marshal(savedPeers{FetchedAt: a.fetchedAt, NewestPeer: a.newestPeer, Reports: a.peers})
+	data, err := json.Marshal(savedPeers{FetchedAt: a.fetchedAt, Reports: a.peers})
 	if err != nil {
 		return err
 	}
@@ -674,7 +701,7 @@ func (a *Agent) loadPeers() error {
 	if err := json.Unmarshal(data, &sp); err != nil {
 		return err
 	}
-	a.peers, a.newestPeer, a.fetchedAt = sp.Reports, sp.NewestPeer, sp.FetchedAt
+	a.peers, a.fetchedAt = sp.Reports, sp.FetchedAt
 	return nil
 }
 

@@ -14,6 +14,7 @@ type Metrics struct {
 	CommitRefused     *prometheus.GaugeVec
 	ReconcileDuration prometheus.Histogram
 	ReconcileErrors   prometheus.Counter
+	InstancesWaiting  prometheus.Gauge
 	Instances         *prometheus.GaugeVec
 	InstanceInfo      *prometheus.GaugeVec
 	InstanceRestarts  *prometheus.CounterVec
@@ -50,6 +51,9 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		ReconcileErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "keel_reconcile_errors_total", Help: "Errors met by reconcile passes (one per failing instance and pass).",
 		}),
+		InstancesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keel_instances_waiting", Help: "Stateful instances placed on this node that wait for another node's report to list them stopped (break before make).",
+		}),
 		Instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "keel_instances", Help: "Instances this node holds, by state.",
 		}, []string{"state"}),
@@ -73,7 +77,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		}, []string{"plan_id"}),
 	}
 	reg.MustRegister(m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
-		m.ReconcileDuration, m.ReconcileErrors, m.Instances, m.InstanceInfo, m.InstanceRestarts,
+		m.ReconcileDuration, m.ReconcileErrors, m.InstancesWaiting, m.Instances, m.InstanceInfo, m.InstanceRestarts,
 		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"fetch", "read", "publish"} {

@@ -87,6 +87,12 @@ type Instances interface {
 	Logs(name string, max int) ([]byte, error)
 }
 
+// ErrWaiting is returned (wrapped) for a stateful instance placed on this
+// node that another node's report still lists as not stopped: it is not
+// started until that report says otherwise (break before make). It is a
+// condition to wait for, not a failure.
+var ErrWaiting = errors.New("waiting")
+
 // ErrAlreadyRunning is returned by Start when the instance already runs.
 var ErrAlreadyRunning = errors.New("already running")
 

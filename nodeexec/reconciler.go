@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/keel-dev/keel/planner"
@@ -55,6 +56,9 @@ type Result struct {
 	// Errors are per-instance problems; one broken instance never stops
 	// the others.
 	Errors map[string]error
+	// Waiting are the instances placed here that wait for another node
+	// (ErrWaiting), with what they wait for.
+	Waiting map[string]error
 }
 
 // Reconciler makes the node match its share of the plan. It is not safe for
@@ -93,7 +97,7 @@ func (r *Reconciler) op() (context.Context, context.CancelFunc) {
 
 // Pass runs one reconcile pass against d and saves the state.
 func (r *Reconciler) Pass(ctx context.Context, d Desired) (Result, error) {
-	res := Result{Errors: map[string]error{}}
+	res := Result{Errors: map[string]error{}, Waiting: map[string]error{}}
 	opCtx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	running, err := r.cfg.Driver.Running(opCtx)
 	cancel()
@@ -125,7 +129,12 @@ func (r *Reconciler) Pass(ctx context.Context, d Desired) (Result, error) {
 		if inst == nil {
 			continue
 		}
-		if err := r.ensure(ctx, d, inst, pl, running, now, &res); err != nil {
+		err := r.ensure(ctx, d, inst, pl, running, now, &res)
+		if errors.Is(err, ErrWaiting) {
+			res.Waiting[name] = err
+			continue
+		}
+		if err != nil {
 			res.Errors[name] = err
 			if st := r.state.Instances[name]; st != nil {
 				st.Error = err.Error()
@@ -270,7 +279,7 @@ func (r *Reconciler) ensure(ctx context.Context, d Desired, inst *render.Instanc
 			}
 			res.Replaced++
 		}
-		return r.start(ctx, d, inst, spec, st, now, res, startUpdate)
+		return r.start(ctx, inst, spec, st, pl.Generation, now, res, startUpdate)
 	}
 	if st != nil {
 		switch st.State {
@@ -294,12 +303,11 @@ func (r *Reconciler) ensure(ctx context.Context, d Desired, inst *render.Instanc
 			return fmt.Errorf("destroy for replace: %w", err)
 		}
 	}
-	// Break before make: a stateful instance starts here only once no alive
-	// node reports it running any more.
-	if inst.Stateful {
-		if other := runningElsewhere(d, inst.Name, r.cfg.Node); other != "" {
-			return fmt.Errorf("waiting for node %s to stop it before starting it here", other)
-		}
+	// Break before make: a stateful instance starts here only once no
+	// other node's report lists it as anything but stopped (the planner
+	// names those nodes, alive or not).
+	if len(pl.WaitsFor) > 0 {
+		return fmt.Errorf("%w for %s to report it stopped before starting it here", ErrWaiting, strings.Join(pl.WaitsFor, ", "))
 	}
 	kind := startFresh
 	if st != nil && st.LastExit != nil && st.SpecHash == inst.SpecHash {
@@ -308,7 +316,7 @@ func (r *Reconciler) ensure(ctx context.Context, d Desired, inst *render.Instanc
 		kind = startUpdate
 		res.Restarted++
 	}
-	return r.start(ctx, d, inst, spec, st, now, res, kind)
+	return r.start(ctx, inst, spec, st, pl.Generation, now, res, kind)
 }
 
 // Why an instance is started.
@@ -319,24 +327,6 @@ const (
 	startCrash                   // after its process ended: a restart
 	startUpdate                  // with a new spec (counted by the caller)
 )
-
-// runningElsewhere returns an alive node other than self that reports the
-// instance as running or starting.
-func runningElsewhere(d Desired, name, self string) string {
-	alive := map[string]bool{}
-	for _, n := range d.Plan.Nodes {
-		alive[n.Name] = n.Alive
-	}
-	for _, rep := range d.Reports {
-		if rep.Node == self || !alive[rep.Node] {
-			continue
-		}
-		if ri := rep.Instance(name); ri != nil && (ri.State == report.StateRunning || ri.State == report.StateStarting) {
-			return rep.Node
-		}
-	}
-	return ""
-}
 
 // specFor builds what the driver needs to run inst at its planned address.
 func (r *Reconciler) specFor(d Desired, inst *render.Instance, pl planner.Placement) InstanceSpec {
@@ -362,7 +352,7 @@ func (r *Reconciler) applyLive(ctx context.Context, st *InstanceState, inst *ren
 }
 
 // start creates the volumes, then starts the instance, recording it.
-func (r *Reconciler) start(ctx context.Context, d Desired, inst *render.Instance, spec InstanceSpec, st *InstanceState, now time.Time, res *Result, kind startKind) error {
+func (r *Reconciler) start(ctx context.Context, inst *render.Instance, spec InstanceSpec, st *InstanceState, gen int, now time.Time, res *Result, kind startKind) error {
 	spec.Volumes = map[string]string{}
 	for _, v := range inst.Spec.Volumes {
 		opCtx, cancel := r.op()
@@ -401,7 +391,7 @@ func (r *Reconciler) start(ctx context.Context, d Desired, inst *render.Instance
 	*st = InstanceState{
 		Service: inst.Service, Address: spec.Address.String(), SpecHash: inst.SpecHash, Spec: inst.Spec,
 		PID: p.PID, StartTime: p.StartTime, Started: now, State: report.StateRunning,
-		Restarts: st.Restarts, Backoff: st.Backoff, LastExit: st.LastExit,
+		Restarts: st.Restarts, Backoff: st.Backoff, LastExit: st.LastExit, Generation: gen,
 	}
 	r.log.Info("started instance", "instance", inst.Name, "pid", p.PID, "address", spec.Address, "specHash", short(inst.SpecHash))
 	return nil
@@ -509,7 +499,7 @@ func (r *Reconciler) Status(ctx context.Context) ([]report.Instance, []report.Vo
 	var instances []report.Instance
 	for _, name := range slices.Sorted(mapKeys(r.state.Instances)) {
 		st := r.state.Instances[name]
-		ri := report.Instance{Name: name, State: st.State, SpecHash: st.SpecHash, Restarts: st.Restarts, Error: st.Error}
+		ri := report.Instance{Name: name, State: st.State, SpecHash: st.SpecHash, Restarts: st.Restarts, Error: st.Error, Generation: st.Generation}
 		if a, err := parseAddr(st.Address); err == nil {
 			ri.Address = a
 		}

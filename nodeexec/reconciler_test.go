@@ -32,7 +32,9 @@ type world struct {
 	rec   *nodeexec.Reconciler
 	dir   string
 	files fstest.MapFS
-	n2    report.Report // n2's report; its Time follows the clock
+	n2    report.Report   // n2's report; its Time follows the clock
+	n2Age time.Duration   // how far n2's report lags the clock (past the TTL: n2 is dead)
+	extra []report.Report // other reports, as they are (a ghost's, say)
 	model *render.Model
 	plan  *planner.Plan
 }
@@ -94,8 +96,8 @@ func (w *world) pass() nodeexec.Result {
 		w.t.Fatal(err)
 	}
 	own := report.Report{Node: "n1", Time: w.clk.now(), Instances: inst, Volumes: vols}
-	w.n2.Time = w.clk.now()
-	reports := []report.Report{own, w.n2}
+	w.n2.Time = w.clk.now().Add(-w.n2Age)
+	reports := append([]report.Report{own, w.n2}, w.extra...)
 	w.plan = planner.Compute(planner.Input{Model: m, Reports: reports, Now: w.clk.now()})
 	res, err := w.rec.Pass(context.Background(), nodeexec.Desired{Model: m, Plan: w.plan, Reports: reports})
 	if err != nil {
@@ -327,7 +329,7 @@ func TestBreakBeforeMake(t *testing.T) {
 	w2 := newWorld(t, map[string]string{"a.yaml": db, "keel.lock": "apiVersion: keel/v1\nkind: Lock\npins: {db: n1}\n"})
 	w2.n2.Instances = []report.Instance{{Name: "db", State: report.StateRunning, Address: netip.MustParseAddr("10.200.2.9")}}
 	res := w2.pass()
-	if _, ok := w2.running()["db"]; ok || !strings.Contains(fmt.Sprint(res.Errors["db"]), "waiting for node n2") {
+	if _, ok := w2.running()["db"]; ok || !errors.Is(res.Waiting["db"], nodeexec.ErrWaiting) || !strings.Contains(fmt.Sprint(res.Waiting["db"]), "n2") || len(res.Errors) > 0 {
 		t.Fatalf("started while n2 runs it: %+v", res)
 	}
 	w2.n2.Instances[0].State = report.StateStopped
@@ -335,6 +337,51 @@ func TestBreakBeforeMake(t *testing.T) {
 	if _, ok := w2.running()["db"]; !ok {
 		t.Fatal("not started once n2 reports it stopped")
 	}
+}
+
+// Issue 8 item 3: the pin moves to n1 while n2's agent is down (its report
+// is past the TTL, so n2 is dead) and its last report says db runs there,
+// in any state but stopped. n1 waits however old that report is, and so it
+// does for a report of a node outside the inventory; only a report that
+// no longer lists db running (or no report at all) lets it start.
+func TestBreakBeforeMakeWhileTheOldNodeIsDown(t *testing.T) {
+	db := jail("db", "  volumes: [{name: db-data, mountPath: /d}]\n")
+	lock := "apiVersion: keel/v1\nkind: Lock\npins: {db: n1}\n"
+	for _, st := range []report.State{report.StateRunning, report.StateStarting, report.StateCrashLoop, report.StateFailed} {
+		t.Run("dead node, "+string(st), func(t *testing.T) {
+			w := newWorld(t, map[string]string{"a.yaml": db, "keel.lock": lock})
+			w.n2Age = 24 * time.Hour
+			w.n2.Instances = []report.Instance{{Name: "db", State: st, Address: netip.MustParseAddr("10.200.2.9")}}
+			for range 3 {
+				res := w.pass()
+				if n2 := w.plan.Nodes[1]; n2.Name != "n2" || n2.Alive {
+					t.Fatalf("n2 should be dead: %+v", w.plan.Nodes)
+				}
+				if _, ok := w.running()["db"]; ok || !errors.Is(res.Waiting["db"], nodeexec.ErrWaiting) {
+					t.Fatalf("started while dead n2's last report lists it %s: %+v", st, res)
+				}
+				w.clk.advance(time.Hour)
+			}
+			w.n2.Instances = nil // n2 came back and reported it gone
+			w.n2Age = 0
+			w.pass()
+			if _, ok := w.running()["db"]; !ok {
+				t.Fatal("not started once n2 no longer lists it")
+			}
+		})
+	}
+	t.Run("a node outside the inventory", func(t *testing.T) {
+		w := newWorld(t, map[string]string{"a.yaml": db, "keel.lock": lock})
+		w.extra = []report.Report{{Node: "gone", Time: w.clk.now().Add(-time.Hour), Instances: []report.Instance{{Name: "db", State: report.StateRunning}}}}
+		if res := w.pass(); !errors.Is(res.Waiting["db"], nodeexec.ErrWaiting) || !strings.Contains(res.Waiting["db"].Error(), "gone") {
+			t.Fatalf("did not wait for node gone: %+v", res)
+		}
+		w.extra = nil // the operator deleted its report ref
+		w.pass()
+		if _, ok := w.running()["db"]; !ok {
+			t.Fatal("not started once the report of gone is deleted")
+		}
+	})
 }
 
 // An agent that crashed after starting an instance but before saving its

@@ -43,6 +43,10 @@ type InstanceState struct {
 	NextRestart time.Time     `json:"nextRestart,omitzero"`
 	LastExit    *ExitRecord   `json:"lastExit,omitempty"`
 	Error       string        `json:"error,omitempty"`
+	// Generation is the copy's generation as the plan gave it when it was
+	// started (planner.Placement.Generation), reported so that of two
+	// copies the newer keeps the instance.
+	Generation int `json:"generation,omitempty"`
 }
 
 // ExitRecord is the last exit of an instance.

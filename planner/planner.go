@@ -17,9 +17,50 @@ import (
 	"github.com/keel-dev/keel/report"
 )
 
-// futureLimit is how far ahead of the reader's clock a report may be dated
-// before it is ignored as broken.
-const futureLimit = time.Hour
+// FutureLimit is how far ahead of the reader's clock a report may be dated
+// before it is ignored as broken, for liveness as for everything else.
+const FutureLimit = time.Hour
+
+// MaxClockLead is how far the cluster clock may run ahead of the reader's
+// own clock: a third of the liveness TTL. A report whose sender clock is
+// further ahead is not followed (Accepts), and the plan's ClusterTime is
+// capped at Now + MaxClockLead, so that no single report, honest or not,
+// can make the live nodes look dead.
+func MaxClockLead(m *render.Model) time.Duration {
+	return time.Duration(m.Cluster.LivenessTTL) / 3
+}
+
+// Accepts says why report r must not move this node's clock at now, or
+// returns nil when it may: the node is in the inventory (a report from
+// anywhere else is a ghost), and its sender clock is at most MaxClockLead
+// ahead of now. Signatures are checked before a report reaches the
+// planner: sync drops a report of a node with a reportKey whose signature
+// does not verify.
+func Accepts(m *render.Model, r *report.Report, now time.Time) error {
+	if m.Node(r.Node) == nil {
+		return fmt.Errorf("node %s is not in the inventory", r.Node)
+	}
+	if lead := MaxClockLead(m); r.SenderClock().After(now.Add(lead)) {
+		return fmt.Errorf("report of %s is dated %s, more than %s ahead of this clock", r.Node, r.SenderClock().UTC().Format(time.RFC3339), lead)
+	}
+	return nil
+}
+
+// PeerClock is the clock a node's report carries: its own clock now, or
+// the newest sender clock among the reports the planner accepts if that
+// is later (so that a node with a slow clock still looks alive). It is
+// never more than MaxClockLead ahead of now, and it follows the reports
+// as they are: when a report that led goes, the clock drops back at once.
+func PeerClock(m *render.Model, reports []report.Report, now time.Time) time.Time {
+	t := now
+	for i := range reports {
+		r := &reports[i]
+		if c := r.SenderClock(); c.After(t) && Accepts(m, r, now) == nil {
+			t = c
+		}
+	}
+	return t
+}
 
 // maxPerNode is how many instances fit in a node's /24: .2 to .254.
 const maxPerNode = 253
@@ -97,6 +138,8 @@ func Compute(in Input) *Plan {
 	}
 	p.readNodes()
 	p.place()
+	p.generations()
+	p.breakBeforeMake()
 	p.assignAddresses()
 	p.pace()
 	p.endpoints()
@@ -129,7 +172,7 @@ func (p *planner) readNodes() {
 		case ns == nil:
 			p.warn(WarnReportIgnored, r.Node, "report of %s ignored: the node is not in the inventory", r.Node)
 			continue
-		case r.Time.After(p.in.Now.Add(futureLimit)):
+		case r.Time.After(p.in.Now.Add(FutureLimit)):
 			p.warn(WarnReportIgnored, r.Node, "report of %s ignored: it is dated %s, more than an hour ahead of this clock", r.Node, r.Time.UTC().Format(time.RFC3339))
 			continue
 		}
@@ -146,6 +189,11 @@ func (p *planner) readNodes() {
 				newest = ns.report.Time
 			}
 		}
+	}
+	// A report dated ahead of this clock (a fast clock, or a lie) moves the
+	// cluster time by MaxClockLead at most.
+	if limit := p.in.Now.Add(MaxClockLead(p.m)); !p.in.Now.IsZero() && newest.After(limit) {
+		newest = limit
 	}
 	p.plan.ClusterTime = newest.UTC()
 	assume := p.in.AssumeAlive && reports == 0
@@ -405,9 +453,14 @@ func (p *planner) placeExisting(inst *render.Instance) bool {
 	return true
 }
 
-// betterSighting prefers the node running the current spec, then the
-// higher rendezvous hash.
+// betterSighting prefers the newer copy (the higher generation: the copy
+// that was started because the other's node was judged dead keeps the
+// instance when that node returns, so nothing moves back), then the node
+// running the current spec, then the higher rendezvous hash.
 func betterSighting(inst *render.Instance, a, b sighting) bool {
+	if a.inst.Generation != b.inst.Generation {
+		return a.inst.Generation > b.inst.Generation
+	}
 	ca := a.inst.State == report.StateRunning && a.inst.SpecHash == inst.SpecHash
 	cb := b.inst.State == report.StateRunning && b.inst.SpecHash == inst.SpecHash
 	if ca != cb {
@@ -415,6 +468,55 @@ func betterSighting(inst *render.Instance, a, b sighting) bool {
 	}
 	ih := hash64(inst.Name)
 	return rendezvous(ih, a.node.hash) > rendezvous(ih, b.node.hash)
+}
+
+// generations gives every placement its copy's generation: the one its
+// node reports, or one more than the highest reported anywhere for a copy
+// to start.
+func (p *planner) generations() {
+	for i, pl := range p.placed {
+		if pl == nil {
+			continue
+		}
+		if ri := p.reportedOn(i, p.on[i]); ri != nil {
+			pl.Generation = ri.Generation
+			continue
+		}
+		top := 0
+		for _, s := range p.sightings[i] {
+			top = max(top, s.inst.Generation)
+		}
+		pl.Generation = top + 1
+	}
+}
+
+// breakBeforeMake names, for every stateful placement, the other nodes
+// whose newest report lists the instance in any state but stopped. Every
+// report counts here, including those liveness ignores (a dead node, a
+// node no longer in the inventory, a report dated ahead): a report that
+// says the instance runs is not proof that it stopped, however old.
+func (p *planner) breakBeforeMake() {
+	newest := map[string]*report.Report{}
+	for i := range p.in.Reports {
+		r := &p.in.Reports[i]
+		if cur := newest[r.Node]; cur == nil || newer(r, cur) {
+			newest[r.Node] = r
+		}
+	}
+	for i, pl := range p.placed {
+		if pl == nil || !p.m.Instances[i].Stateful {
+			continue
+		}
+		for node, r := range newest {
+			if node == pl.Node {
+				continue
+			}
+			if ri := r.Instance(pl.Instance); ri != nil && ri.State != report.StateStopped {
+				pl.WaitsFor = append(pl.WaitsFor, node)
+			}
+		}
+		slices.Sort(pl.WaitsFor)
+	}
 }
 
 // placeNew runs step 5 for one instance: among the candidate nodes with

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -564,12 +565,18 @@ func TestPropertyShuffledInputSamePlan(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, ^seed))
 		// Another agent: the same commit checked out with the documents in
 		// other files, the report refs listed in another order, its own
-		// clock off by up to half a minute.
+		// clock off by up to half a minute, but (like the first) not so far
+		// behind the newest report that the clock cap applies: readers
+		// agree whatever their clocks within that bound.
+		now := sc.now // capped: only the same clock gives the same cap
+		if want.ClusterTime.Before(sc.now.Add(sc.ttl / 3)) {
+			now = want.ClusterTime.Add(-sc.ttl / 3).Add(time.Duration(rng.IntN(60001)) * time.Millisecond)
+		}
 		in := Input{
 			Model:   renderFS(t, sc.repo.fs(rng)),
 			Commit:  sc.commit,
 			Reports: shuffled(rng, sc.reports),
-			Now:     sc.now.Add(time.Duration(rng.IntN(60001)-30000) * time.Millisecond),
+			Now:     now,
 		}
 		got := Compute(in)
 		if gotJSON := planJSON(t, got); !bytes.Equal(gotJSON, wantJSON) {
@@ -736,7 +743,7 @@ func TestPropertyAddingANodeMovesNoStickyInstance(t *testing.T) {
 			switch {
 			case !reported:
 				// A node that has not reported is dead: nothing changes.
-				if b == nil || *b != a {
+				if b == nil || !reflect.DeepEqual(*b, a) {
 					t.Fatalf("%s placed %+v, then %+v once a silent node joined", a.Instance, a, b)
 				}
 			case a.Reason != ReasonNew:
@@ -923,8 +930,13 @@ func TestPropertyOutputsAgreeWithReports(t *testing.T) {
 				newest = r.Time
 			}
 		}
+		// The newest report's time, but never more than MaxClockLead ahead
+		// of the reader's clock.
+		if limit := sc.now.Add(sc.ttl / 3); newest.After(limit) {
+			newest = limit
+		}
 		if !p.ClusterTime.Equal(newest) {
-			t.Fatalf("cluster time %s, want the newest report's %s", p.ClusterTime, newest)
+			t.Fatalf("cluster time %s, want the newest report's %s (capped at now + TTL/3)", p.ClusterTime, newest)
 		}
 		alive := map[string]bool{}
 		for _, n := range p.Nodes {
@@ -970,6 +982,115 @@ func TestPropertyOutputsAgreeWithReports(t *testing.T) {
 				t.Fatalf("Ingress %s owned by %q, which is not alive", g.Name, g.Owner)
 			case anyLabelled && sc.model.Node(g.Owner).Labels[IngressLabel] != "true":
 				t.Fatalf("Ingress %s owned by unlabelled %s while a labelled node is alive", g.Name, g.Owner)
+			}
+		}
+	})
+}
+
+// TestPropertyHostileClocks (issue 8 items 3, 4, 8) adds hostile reports to
+// a scenario: ghosts (nodes outside the inventory) dated anywhere from the
+// epoch to years ahead and listing any instance in any state, and copies
+// of inventory reports dated far ahead, far behind or at equal times. The
+// clock and the cluster time stay within MaxClockLead of the reader; a
+// ghost moves nothing; every stateful placement waits for every other node
+// whose newest report lists it not stopped, and for no other.
+func TestPropertyHostileClocks(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		sc := genScenario(t)
+		lead := MaxClockLead(sc.model)
+		if lead != sc.ttl/3 {
+			t.Fatalf("MaxClockLead %s for TTL %s", lead, sc.ttl)
+		}
+		hostileTime := func(label string) time.Time {
+			switch rapid.IntRange(0, 5).Draw(t, label+"Kind") {
+			case 0:
+				return time.Unix(0, 0).UTC() // far past
+			case 1:
+				return sc.now.Add(time.Duration(rapid.IntRange(1, 20*365*24).Draw(t, label+"Hours")) * time.Hour) // far future
+			case 2:
+				return sc.now // equal to the reader
+			case 3:
+				return sc.now.Add(lead) // exactly the bound
+			case 4:
+				return sc.now.Add(lead + time.Millisecond) // just past it
+			default:
+				return sc.now.Add(time.Duration(rapid.IntRange(-7200, 7200).Draw(t, label+"Secs")) * time.Second)
+			}
+		}
+		var names []string
+		for _, inst := range sc.model.Instances {
+			names = append(names, inst.Name)
+		}
+		var ghosts []report.Report
+		for g := range rapid.IntRange(0, 3).Draw(t, "ghosts") {
+			r := reportOf(fmt.Sprintf("ghost%d", g), hostileTime("ghost"))
+			if len(names) > 0 {
+				for range rapid.IntRange(0, 3).Draw(t, "ghostInstances") {
+					name := rapid.SampledFrom(names).Draw(t, "ghostInstance")
+					if r.Instance(name) == nil {
+						r.Instances = append(r.Instances, report.Instance{Name: name, State: rapid.SampledFrom(genStates).Draw(t, "ghostState")})
+					}
+				}
+			}
+			ghosts = append(ghosts, r)
+		}
+		reports := slices.Clone(sc.reports)
+		for range rapid.IntRange(0, 2).Draw(t, "liars") {
+			if len(sc.reports) == 0 {
+				break
+			}
+			liar := rapid.SampledFrom(sc.reports).Draw(t, "liar")
+			liar.Time = hostileTime("liar")
+			if rapid.Bool().Draw(t, "liarClock") {
+				liar.Clock = hostileTime("liarClock")
+			}
+			reports = append(reports, liar)
+		}
+		in := Input{Model: sc.model, Commit: sc.commit, Reports: reports, Now: sc.now}
+		p := Compute(in)
+		if p.ClusterTime.After(sc.now.Add(lead)) {
+			t.Fatalf("cluster time %s, more than %s ahead of the reader's %s", p.ClusterTime, lead, sc.now)
+		}
+		withGhosts := append(slices.Clone(reports), ghosts...)
+		if c := PeerClock(sc.model, withGhosts, sc.now); c.Before(sc.now) || c.After(sc.now.Add(lead)) {
+			t.Fatalf("peer clock %s, outside [now, now+%s]", c, lead)
+		}
+		// A ghost moves nothing: same alive set, same nodes, same addresses.
+		in.Reports = withGhosts
+		pg := Compute(in)
+		if !slices.Equal(aliveNames(pg), aliveNames(p)) || !pg.ClusterTime.Equal(p.ClusterTime) {
+			t.Fatalf("ghosts changed the alive set %v → %v or the cluster time", aliveNames(p), aliveNames(pg))
+		}
+		for _, a := range p.Placements {
+			b := placementOf(pg, a.Instance)
+			if b == nil || b.Node != a.Node || b.Address != a.Address || b.Generation != a.Generation {
+				t.Fatalf("ghosts moved %s: %+v → %+v", a.Instance, a, b)
+			}
+		}
+		// Break before make, replayed: the newest report of each node.
+		newest := map[string]*report.Report{}
+		for i := range withGhosts {
+			r := &withGhosts[i]
+			if cur := newest[r.Node]; cur == nil || r.Time.After(cur.Time) || (r.Time.Equal(cur.Time) && bytes.Compare(r.Marshal(), cur.Marshal()) > 0) {
+				newest[r.Node] = r
+			}
+		}
+		for _, pl := range pg.Placements {
+			if !sc.model.Instance(pl.Instance).Stateful {
+				if len(pl.WaitsFor) > 0 {
+					t.Fatalf("stateless %s waits for %v", pl.Instance, pl.WaitsFor)
+				}
+				continue
+			}
+			var want []string
+			for node, r := range newest {
+				if ri := r.Instance(pl.Instance); node != pl.Node && ri != nil && ri.State != report.StateStopped {
+					want = append(want, node)
+				}
+			}
+			slices.Sort(want)
+			if !slices.Equal(pl.WaitsFor, want) {
+				t.Fatalf("stateful %s on %s waits for %v, want %v", pl.Instance, pl.Node, pl.WaitsFor, want)
 			}
 		}
 	})

@@ -111,8 +111,9 @@ func TestStep1FixedOrder(t *testing.T) {
 			t.Fatalf("tie between two reports of b depends on order:\n%s\n%s", one, two)
 		}
 	})
-	t.Run("the reader's clock does not matter", func(t *testing.T) {
-		for _, now := range []time.Time{secs(-600), secs(30), secs(3000)} {
+	t.Run("the reader's clock does not matter within MaxClockLead", func(t *testing.T) {
+		// The newest report is at secs(5); TTL/3 is 10 s.
+		for _, now := range []time.Time{secs(-5), secs(30), secs(3000)} {
 			got := planJSON(t, Compute(Input{Model: m, Commit: commitC, Reports: reports, Now: now}))
 			if !bytes.Equal(got, wantJSON) {
 				t.Fatalf("now %s: plan differs", now)
@@ -1437,10 +1438,16 @@ func TestLiveness(t *testing.T) {
 			wantAlive: "a,b,c", wantTime: secs(0),
 		},
 		{
-			name:      "a reader with a slow clock agrees",
-			now:       secs(-3000),
+			name:      "a reader with a clock up to MaxClockLead slow agrees",
+			now:       secs(-20),
 			reports:   []report.Report{reportOf("a", secs(-40)), reportOf("b", secs(0)), reportOf("c", secs(-20))},
 			wantAlive: "a,b,c", wantTime: secs(0),
+		},
+		{
+			name:      "the cluster time runs at most MaxClockLead ahead of the reader",
+			now:       secs(-3000),
+			reports:   []report.Report{reportOf("a", secs(-40)), reportOf("b", secs(0)), reportOf("c", secs(-20))},
+			wantAlive: "a,b,c", wantTime: secs(-2980),
 		},
 		{
 			name:      "a report more than an hour ahead is ignored",
@@ -1450,11 +1457,17 @@ func TestLiveness(t *testing.T) {
 			warnings: map[string][]string{WarnReportIgnored: {"b"}, WarnNodeDead: {"b"}},
 		},
 		{
-			name:      "a report exactly an hour ahead counts, and is the newest",
+			name:      "a report an hour ahead counts but moves the cluster time by MaxClockLead only",
 			now:       t0,
 			reports:   []report.Report{reportOf("a", secs(0)), reportOf("b", t0.Add(time.Hour)), reportOf("c", secs(-10))},
-			wantAlive: "b", wantTime: t0.Add(time.Hour),
-			warnings: map[string][]string{WarnNodeDead: {"a", "c"}},
+			wantAlive: "a,b,c", wantTime: secs(20),
+		},
+		{
+			name:      "a report far ahead makes no node dead that a TTL minus the lead would not",
+			now:       t0,
+			reports:   []report.Report{reportOf("a", secs(-39)), reportOf("b", t0.Add(50*time.Minute)), reportOf("c", secs(-41))},
+			wantAlive: "a,b", wantTime: secs(20),
+			warnings: map[string][]string{WarnNodeDead: {"c"}},
 		},
 		{
 			name:      "an ignored future report does not hide an older good one",

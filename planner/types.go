@@ -17,8 +17,9 @@ type Input struct {
 	// Reports are the nodes' reports, in any order. Reports of nodes not in
 	// the inventory, and all but the newest of one node, are ignored.
 	Reports []report.Report
-	// Now is the reader's clock; it is only used to ignore reports dated
-	// more than an hour ahead of it.
+	// Now is the reader's clock: reports dated more than FutureLimit ahead
+	// of it are ignored, and ClusterTime runs at most MaxClockLead ahead of
+	// it.
 	Now time.Time
 	// AssumeAlive plans, when there is no report at all, as if every node
 	// of the inventory were alive with its declared capacity (keel plan in
@@ -44,7 +45,8 @@ type Plan struct {
 	// PlanID is a hash of the outputs (commit, alive set, placements,
 	// ingress owners): two nodes with the same PlanID act on the same plan.
 	PlanID string `json:"planID"`
-	// ClusterTime is the newest report time, from which liveness is judged.
+	// ClusterTime is the newest report time, capped at Now + MaxClockLead;
+	// liveness is judged from it.
 	ClusterTime   time.Time       `json:"clusterTime"`
 	AssumedAlive  bool            `json:"assumedAlive"`
 	Nodes         []Node          `json:"nodes"`
@@ -108,6 +110,18 @@ type Placement struct {
 	Outdated render.ChangeClass `json:"outdated,omitempty"`
 	// Released is true when the rollout lets the node apply that change now.
 	Released bool `json:"released,omitempty"`
+	// Generation is the copy's generation: the one its node reports for a
+	// copy that exists there, else one more than any reported elsewhere.
+	// Of two copies on live nodes, the higher generation keeps the
+	// instance, so it never moves back on its own.
+	Generation int `json:"generation,omitempty"`
+	// WaitsFor names, for a stateful instance, the other nodes whose
+	// newest report lists it in any state but stopped, whether or not the
+	// node is alive or in the inventory, however old the report: the node
+	// must not start it while any is named (break before make). Only a
+	// newer report of that node without it, or its report ref deleted by
+	// an operator who made sure the host is off, clears the name.
+	WaitsFor []string `json:"waitsFor,omitempty"`
 }
 
 // Unschedulable is an instance that cannot be placed, with the reason.

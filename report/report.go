@@ -43,10 +43,15 @@ var States = []State{StateStarting, StateRunning, StateCrashLoop, StateFailed, S
 
 // Report is one node's status.
 type Report struct {
-	APIVersion   string        `yaml:"apiVersion" json:"apiVersion"`
-	Kind         string        `yaml:"kind" json:"kind"`
-	Node         string        `yaml:"node" json:"node"`
-	Time         time.Time     `yaml:"time" json:"time"`
+	APIVersion string    `yaml:"apiVersion" json:"apiVersion"`
+	Kind       string    `yaml:"kind" json:"kind"`
+	Node       string    `yaml:"node" json:"node"`
+	Time       time.Time `yaml:"time" json:"time"`
+	// Clock is the sender's own clock when it wrote the report; Time may
+	// be later (it follows the peers' clocks). Peers follow Clock, not
+	// Time, so that a lead does not feed on itself. Zero in reports of
+	// older agents: Time stands in for it.
+	Clock        time.Time     `yaml:"clock,omitempty" json:"clock,omitzero"`
 	AgentVersion string        `yaml:"agentVersion" json:"agentVersion"`
 	Commit       string        `yaml:"commit" json:"commit"`
 	PlanID       string        `yaml:"planID" json:"planID"`
@@ -78,6 +83,23 @@ type Instance struct {
 	SpecHash string     `yaml:"specHash" json:"specHash"`
 	Restarts int        `yaml:"restarts" json:"restarts"`
 	Error    string     `yaml:"error" json:"error"`
+	// Generation counts the instance's placements on a new node: the
+	// planner gives a copy started elsewhere the next generation, and the
+	// newer copy wins when two live nodes report it (so an instance never
+	// moves back on its own). Zero in reports of older agents.
+	Generation int `yaml:"generation,omitempty" json:"generation,omitempty"`
+}
+
+// maxGeneration bounds Generation: a report claiming more is refused
+// rather than letting one copy win every tie for ever.
+const maxGeneration = 1 << 30
+
+// SenderClock is the sender's own clock: Clock, or Time without it.
+func (r *Report) SenderClock() time.Time {
+	if r.Clock.IsZero() {
+		return r.Time
+	}
+	return r.Clock
 }
 
 // Volume is a volume the node holds (whether mounted or not).
@@ -107,6 +129,7 @@ type raw struct {
 	Kind         string    `yaml:"kind"`
 	Node         string    `yaml:"node"`
 	Time         time.Time `yaml:"time"`
+	Clock        time.Time `yaml:"clock"`
 	AgentVersion string    `yaml:"agentVersion"`
 	Commit       string    `yaml:"commit"`
 	PlanID       string    `yaml:"planID"`
@@ -116,12 +139,13 @@ type raw struct {
 		Memory string `yaml:"memory"`
 	} `yaml:"capacity"`
 	Instances []struct {
-		Name     string `yaml:"name"`
-		State    string `yaml:"state"`
-		Address  string `yaml:"address"`
-		SpecHash string `yaml:"specHash"`
-		Restarts int    `yaml:"restarts"`
-		Error    string `yaml:"error"`
+		Name       string `yaml:"name"`
+		State      string `yaml:"state"`
+		Address    string `yaml:"address"`
+		SpecHash   string `yaml:"specHash"`
+		Restarts   int    `yaml:"restarts"`
+		Error      string `yaml:"error"`
+		Generation int    `yaml:"generation"`
 	} `yaml:"instances"`
 	Volumes      []Volume      `yaml:"volumes"`
 	Services     []Service     `yaml:"services"`
@@ -168,7 +192,7 @@ func ParseFile(data []byte) (Report, error) {
 		return Report{}, fmt.Errorf("report has no time")
 	}
 	out := Report{
-		APIVersion: r.APIVersion, Kind: r.Kind, Node: r.Node, Time: r.Time.UTC(),
+		APIVersion: r.APIVersion, Kind: r.Kind, Node: r.Node, Time: r.Time.UTC(), Clock: r.Clock.UTC(),
 		AgentVersion: r.AgentVersion, Commit: r.Commit, PlanID: r.PlanID, Refused: r.Refused,
 		Volumes: r.Volumes, Services: r.Services, Certificates: r.Certificates,
 	}
@@ -198,7 +222,10 @@ func ParseFile(data []byte) (Report, error) {
 		if !slices.Contains(States, st) {
 			return Report{}, fmt.Errorf("instances[%d].state: %q is not a state", i, in.State)
 		}
-		inst := Instance{Name: in.Name, State: st, SpecHash: in.SpecHash, Restarts: in.Restarts, Error: in.Error}
+		if in.Generation < 0 || in.Generation > maxGeneration {
+			return Report{}, fmt.Errorf("instances[%d].generation: %d is not between 0 and %d", i, in.Generation, maxGeneration)
+		}
+		inst := Instance{Name: in.Name, State: st, SpecHash: in.SpecHash, Restarts: in.Restarts, Error: in.Error, Generation: in.Generation}
 		if in.Address != "" {
 			a, err := netip.ParseAddr(in.Address)
 			if err != nil || !a.Is4() {
@@ -221,6 +248,7 @@ func ParseFile(data []byte) (Report, error) {
 func (r Report) Marshal() []byte {
 	r.APIVersion, r.Kind = render.APIVersion, Kind
 	r.Time = r.Time.UTC()
+	r.Clock = r.Clock.UTC()
 	r.Instances = slices.Clone(r.Instances)
 	slices.SortFunc(r.Instances, func(a, b Instance) int { return strings.Compare(a.Name, b.Name) })
 	r.Volumes = slices.Clone(r.Volumes)

@@ -92,3 +92,29 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestClockAndGeneration(t *testing.T) {
+	r := sample()
+	r.Clock = r.Time.Add(-3 * time.Second)
+	r.Instances[0].Generation = 4
+	got, err := report.Parse(r.Marshal(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Clock.Equal(r.Clock) || !got.SenderClock().Equal(r.Clock) || got.Instance("web-1").Generation != 4 {
+		t.Fatalf("clock %s, generation %d", got.Clock, got.Instance("web-1").Generation)
+	}
+	old := sample()
+	if s := string(old.Marshal()); strings.Contains(s, "clock:") || strings.Contains(s, "generation:") {
+		t.Fatalf("zero clock and generation are written:\n%s", s)
+	}
+	if o, _ := report.Parse(old.Marshal(), "n1"); !o.SenderClock().Equal(old.Time) {
+		t.Fatal("without clock, the sender clock is the time")
+	}
+	for _, bad := range []string{"generation: -1", "generation: 2000000000"} {
+		data := strings.Replace(string(r.Marshal()), "generation: 4", bad, 1)
+		if _, err := report.Parse([]byte(data), "n1"); err == nil || !strings.Contains(err.Error(), "generation") {
+			t.Errorf("%s: err %v", bad, err)
+		}
+	}
+}
