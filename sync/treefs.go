@@ -140,9 +140,6 @@ func CommitFS(repo *git.Repository, c *object.Commit, subdir string) (fs.FS, err
 		t.root = e.Hash
 		t.trees, t.treeBytes = map[plumbing.Hash]*listedTree{}, 0
 	}
-	if _, err := t.tree(t.root, "."); err != nil {
-		return nil, fmt.Errorf("read tree of %s: %w", c.Hash, err)
-	}
 	return t, nil
 }
 
