@@ -90,7 +90,7 @@ func ReadFiles(fsys fs.FS) ([]File, error) {
 			return nil
 		}
 		if !d.Type().IsRegular() {
-			r.errorf(p, "%v; list it in %s if it is not part of the cluster's specs", ErrNotRegular, IgnoreFile)
+			r.notRegular(p)
 			return nil
 		}
 		ext := path.Ext(name)
@@ -124,6 +124,15 @@ func (r *reader) errorf(p, format string, args ...any) {
 	r.diags = append(r.diags, Diagnostic{Severity: SeverityError, Pos: Position{File: p}, Message: fmt.Sprintf(format, args...)})
 }
 
+func (r *reader) notRegular(p string) {
+	switch p {
+	case IgnoreFile, LockFile, ClusterFile, "cluster.yml":
+		r.errorf(p, "%v", ErrNotRegular)
+	default:
+		r.errorf(p, "%v; list it in %s if it is not part of the cluster's specs", ErrNotRegular, IgnoreFile)
+	}
+}
+
 // refuse turns a refusal of the tree reader into a diagnostic (and nil, so
 // that the walk goes on and every refused path is named); other errors
 // are returned.
@@ -135,7 +144,7 @@ func (r *reader) refuse(err error) error {
 	}
 	switch {
 	case errors.Is(err, ErrNotRegular):
-		r.errorf(p, "%v; list it in %s if it is not part of the cluster's specs", ErrNotRegular, IgnoreFile)
+		r.notRegular(p)
 	case errors.Is(err, ErrTooLarge):
 		r.errorf(p, "%s", tooLarge(err))
 	case errors.Is(err, ErrInvalidTree):
