@@ -211,7 +211,12 @@ func (a *Agent) loadLastGood() error {
 		return err
 	}
 	commit := strings.TrimSpace(string(data))
-	m, err := render.Render(os.DirFS(filepath.Join(a.specsDir(), commit)))
+	snap, err := sync.OpenDir(filepath.Join(a.specsDir(), commit))
+	if err != nil {
+		return fmt.Errorf("render last good commit %s: %w", commit, err)
+	}
+	defer snap.Close()
+	m, err := render.Render(snap)
 	if err != nil {
 		return fmt.Errorf("render last good commit %s: %w", commit, err)
 	}
@@ -375,8 +380,17 @@ func (a *Agent) admit(res fetchResult) string {
 }
 
 // accept makes the fetched commit the last good one, durably: its
-// snapshot stays, and last-good names it.
+// snapshot (the files it was rendered from, nothing else) is written, and
+// last-good names it. Only accepted commits are snapshotted, and only the
+// applied and the previous ones are kept, so refused pushes never grow the
+// state directory.
 func (a *Agent) accept(res fetchResult) error {
+	if err := os.MkdirAll(a.specsDir(), 0o700); err != nil {
+		return err
+	}
+	if err := sync.WriteSnapshot(filepath.Join(a.specsDir(), res.commit), res.commit, res.files); err != nil {
+		return err
+	}
 	if err := nodeexec.WriteFileAtomic(filepath.Join(a.opts.StateDir, "last-good"), []byte(res.commit+"\n"), 0o600); err != nil {
 		return err
 	}
@@ -387,10 +401,11 @@ func (a *Agent) accept(res fetchResult) error {
 	a.reportPrefix.Store(&a.cluster.ReportRefPrefix)
 	a.metrics.Commit.Reset()
 	a.metrics.Commit.WithLabelValues(res.commit).Set(1)
-	// Keep the snapshots of the applied and the newest commits only.
+	// Keep the snapshots of the applied and the previous commits only
+	// (the loop writes them all, so none is being written now).
 	entries, _ := os.ReadDir(a.specsDir())
 	for _, e := range entries {
-		if n := e.Name(); n != res.commit && n != prev && !strings.HasSuffix(n, ".tmp") {
+		if n := e.Name(); n != res.commit && n != prev {
 			os.RemoveAll(filepath.Join(a.specsDir(), n))
 		}
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	gosync "sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/nodeexec"
@@ -29,6 +29,9 @@ type fetchResult struct {
 	commit         string
 	model          *render.Model
 	renderErr      error
+	// files are what model was rendered from, for the snapshot written
+	// when the commit is accepted.
+	files []render.File
 	// trustErr says why the tip is not trusted (signature, rewind); nil
 	// when it is, or when verification is off.
 	trustErr error
@@ -227,22 +230,25 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 		commit:         refs.Tip.String(),
 	}
 	if res.changedTip {
+		// The signature is checked first: it needs the commit object
+		// alone, so an untrusted push costs neither reading its tree nor
+		// disk. A trusted one is rendered straight from the mirror; it is
+		// snapshotted only once accepted. A commit that cannot be read
+		// (too large, a link, an invalid tree) is refused like an invalid
+		// one, never a failed sync: reports are read below whatever the tip.
 		c, err := (*spec).Commit(refs.Tip)
-		if err != nil {
+		switch {
+		case errors.Is(err, render.ErrTooLarge):
+			res.renderErr = err
+		case err != nil:
 			return fetchResult{err: err, stage: "read"}
-		}
-		dir := filepath.Join(w.opts.StateDir, "specs", res.commit)
-		if _, err := os.Stat(dir); err != nil {
-			if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-				return fetchResult{err: err, stage: "read"}
+		default:
+			if t := w.opts.Trust; t != nil {
+				res.trustErr = t.check(*spec, c, applied)
 			}
-			if err := sync.Snapshot(c, dir); err != nil {
-				return fetchResult{err: err, stage: "read"}
+			if res.trustErr == nil {
+				res.files, res.model, res.renderErr = renderCommit(*spec, c)
 			}
-		}
-		res.model, res.renderErr = render.Render(os.DirFS(dir))
-		if t := w.opts.Trust; t != nil {
-			res.trustErr = t.check(*spec, c, applied)
 		}
 	}
 	// Reports are checked against the report keys of the applied commit;
@@ -262,6 +268,21 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 	}
 	*prev, *prevReports = refs, reportRefs
 	return res
+}
+
+// renderCommit reads commit c of the mirror through the one tree reader
+// and renders exactly the files it read.
+func renderCommit(m *sync.Mirror, c *object.Commit) ([]render.File, *render.Model, error) {
+	fsys, err := m.CommitFS(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	files, err := render.ReadFiles(fsys)
+	if err != nil {
+		return nil, nil, err
+	}
+	model, err := render.RenderFiles(files)
+	return files, model, err
 }
 
 func sameReports(a, b sync.Refs) bool {

@@ -9,11 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/keel-dev/keel/sync"
 )
 
 // Exit codes shared by every command.
@@ -132,17 +133,10 @@ func (e *env) versionCommand() *cobra.Command {
 	}
 }
 
-// repoFS opens the cluster repository directory.
-func repoFS(dir string) (fsys fsWithDir, err error) {
-	st, err := os.Stat(dir)
-	if err != nil {
-		return fsWithDir{}, fmt.Errorf("repository: %w", err)
-	}
-	if !st.IsDir() {
-		return fsWithDir{}, fmt.Errorf("repository %s is not a directory", dir)
-	}
-	return fsWithDir{FS: os.DirFS(dir), dir: dir}, nil
-}
+// repoFS opens the cluster repository directory through the one reader
+// of a checkout (sync.OpenDir): nothing outside it, nothing but regular
+// files of bounded size. Close it when done.
+func repoFS(dir string) (*sync.DirFS, error) { return sync.OpenDir(dir) }
 
 // isUsageError tells cobra's complaints about the command line apart from
 // I/O failures, which need no pointer to --help.

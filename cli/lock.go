@@ -47,7 +47,7 @@ Exit status: 0 success (or up to date), 1 invalid repository or stale lock,
 			return err
 		}
 		path := filepath.Join(*repo, render.LockFile)
-		current, err := os.ReadFile(path)
+		current, err := readCheckoutFile(*repo, render.LockFile)
 		exists := err == nil
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -102,6 +102,17 @@ Exit status: 0 success (or up to date), 1 invalid repository or stale lock,
 		return nil
 	}
 	return cmd
+}
+
+// readCheckoutFile reads the file name of the repository in dir through
+// the checkout reader, with its limits.
+func readCheckoutFile(dir, name string) ([]byte, error) {
+	fsys, err := repoFS(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer fsys.Close()
+	return fsys.ReadFile(name)
 }
 
 // writeFileAtomic replaces path with data so that a reader sees either the

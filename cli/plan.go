@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -52,23 +51,25 @@ Exit status: 0 valid (changes or not), 1 invalid specs, 2 usage or I/O error.`,
 			}
 			now = t
 		}
-		if _, err := repoFS(*repo); err != nil {
+		checkout, err := repoFS(*repo)
+		if err != nil {
 			return err
 		}
+		defer checkout.Close()
 		g, gitErr := openGit(*repo)
 		if (*base != "" || *head != "" || rf.remote != "") && gitErr != nil {
 			return gitErr
 		}
 		out := &planOutput{Base: *base, Head: *head}
 
-		headSide, err := loadSide(*repo, g, *head)
+		headSide, err := loadSide(checkout, g, *head)
 		if err != nil {
 			return err
 		}
 		out.HeadCommit = headSide.commit
 		var baseSide *side
 		if *base != "" {
-			if baseSide, err = loadSide(*repo, g, *base); err != nil {
+			if baseSide, err = loadSide(checkout, g, *base); err != nil {
 				return err
 			}
 			out.BaseCommit = baseSide.commit
@@ -122,15 +123,15 @@ type side struct {
 }
 
 // loadSide renders the working tree (rev == "") or a revision.
-func loadSide(dir string, g *gitRepo, rev string) (*side, error) {
-	var fsys fs.FS = os.DirFS(dir)
+func loadSide(checkout *sync.DirFS, g *gitRepo, rev string) (*side, error) {
+	var fsys fs.FS = checkout
 	s := &side{}
 	if rev != "" {
 		c, err := sync.ResolveCommit(g.repo, rev)
 		if err != nil {
 			return nil, err
 		}
-		if fsys, err = sync.CommitFS(c, g.subdir); err != nil {
+		if fsys, err = sync.CommitFS(g.repo, c, g.subdir); err != nil {
 			return nil, err
 		}
 		s.commit = c.Hash.String()

@@ -5,19 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/render"
 )
-
-// fsWithDir is a repository directory opened as an fs.FS.
-type fsWithDir struct {
-	fs.FS
-	dir string
-}
 
 // formatFlag adds -o/--format with the allowed values, the first being the
 // default, and checks the value before the command runs.
@@ -53,6 +46,7 @@ func loadRepo(dir string) (*render.Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer fsys.Close()
 	return render.Render(fsys)
 }
 

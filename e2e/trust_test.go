@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +84,43 @@ func TestVerifiedDeploys(t *testing.T) {
 			if in.Name == "web-2" {
 				t.Fatalf("%s runs web-2 from the unsigned commit", n)
 			}
+		}
+	}
+	// Unsigned pushes of large files cost no disk: the signature is
+	// checked before the tree is read, and a refused commit is never
+	// snapshotted (issue 8 item 7).
+	refused := []string{unsigned}
+	for i := range 4 {
+		pad := "# " + strings.Repeat("x", 3<<20) + "\n"
+		refused = append(refused, commit(false, fmt.Sprintf("pad%d.yaml", i), pad, "unsigned and large"))
+	}
+	last := refused[len(refused)-1]
+	c.waitFor("every node refusing the last unsigned commit", func() (bool, string) {
+		sts, err := c.statuses()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, n := range c.Nodes {
+			if r := sts[n].Report.Refused; r == nil || r.Commit != last || !strings.Contains(r.Reason, "not signed") {
+				return false, n + " has not refused it"
+			}
+		}
+		return true, ""
+	})
+	for _, n := range c.Nodes {
+		entries, err := os.ReadDir(filepath.Join(c.StateDir(n), "specs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var snaps []string
+		for _, e := range entries {
+			snaps = append(snaps, e.Name())
+			if slices.Contains(refused, e.Name()) {
+				t.Errorf("%s snapshotted the refused commit %s", n, e.Name())
+			}
+		}
+		if len(snaps) > 2 {
+			t.Errorf("%s keeps %d snapshots: %v", n, len(snaps), snaps)
 		}
 	}
 	commit(true, "apps/web.yaml", webService(3, "base/demo", "signed again"), "signed again")

@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"path"
 	"regexp"
 	"strconv"
 	"strings"
 
-	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 	"gopkg.in/yaml.v3"
 )
 
@@ -30,54 +28,20 @@ const NodesDir = "nodes"
 
 // SpecFiles lists the files of fsys that hold Keel specs, sorted: every
 // *.yaml and *.yml file that is not a dotfile, not under a dot-directory and
-// not matched by .keelignore.
+// not matched by .keelignore. It reads them as ReadFiles does, and fails
+// where ReadFiles does.
 func SpecFiles(fsys fs.FS) ([]string, error) {
-	var patterns []gitignore.Pattern
-	data, err := fs.ReadFile(fsys, IgnoreFile)
-	switch {
-	case err == nil:
-		for line := range strings.SplitSeq(string(data), "\n") {
-			line = strings.TrimSuffix(line, "\r")
-			if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-				continue
-			}
-			patterns = append(patterns, gitignore.ParsePattern(line, nil))
-		}
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("read %s: %w", IgnoreFile, err)
-	}
-	matcher := gitignore.NewMatcher(patterns)
-
-	var files []string
-	err = fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == "." {
-			return nil
-		}
-		name := d.Name()
-		parts := strings.Split(p, "/")
-		if d.IsDir() {
-			if strings.HasPrefix(name, ".") || matcher.Match(parts, true) {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		ext := path.Ext(name)
-		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") || !d.Type().IsRegular() {
-			return nil
-		}
-		if matcher.Match(parts, false) {
-			return nil
-		}
-		files = append(files, p)
-		return nil
-	})
+	files, err := ReadFiles(fsys)
 	if err != nil {
-		return nil, fmt.Errorf("list spec files: %w", err)
+		return nil, err
 	}
-	return files, nil
+	var out []string
+	for _, f := range files {
+		if f.Path != IgnoreFile && f.Path != LockFile {
+			out = append(out, f.Path)
+		}
+	}
+	return out, nil
 }
 
 // rawDoc is one YAML document of a spec file, its kind known.

@@ -24,39 +24,37 @@ import (
 // A directory without cluster.yaml (or cluster.yml) at its root is not a
 // cluster repository: Render then reads nothing else and returns one error,
 // rather than reporting every YAML file of whatever tree it was pointed at.
+//
+// What is rendered is exactly what ReadFiles returns: a file it refuses
+// (a link, a FIFO, a file too large, an invalid tree) makes the repository
+// invalid, with one error naming the path.
 func Render(fsys fs.FS) (*Model, error) {
-	switch ok, err := isClusterRepo(fsys); {
-	case err != nil:
-		return nil, err
-	case !ok:
-		m := &Model{Diagnostics: Diagnostics{{
-			Severity: SeverityError,
-			Pos:      Position{File: ClusterFile},
-			Message:  fmt.Sprintf("missing: there is no %s here, so this is not a cluster repository and nothing else was read (is --repo the right directory?)", ClusterFile),
-		}}}
-		return m, &InvalidError{Diagnostics: m.Diagnostics}
-	}
-	files, err := SpecFiles(fsys)
+	files, err := ReadFiles(fsys)
 	if err != nil {
+		var ie *InvalidError
+		if errors.As(err, &ie) {
+			return &Model{Diagnostics: ie.Diagnostics}, err
+		}
 		return nil, err
 	}
-	r := &renderer{fsys: fsys, unread: map[string]bool{}}
+	return RenderFiles(files)
+}
+
+// RenderFiles renders the files ReadFiles returned. Its error, when not
+// nil, is an *InvalidError, returned with the partial model.
+func RenderFiles(files []File) (*Model, error) {
+	r := &renderer{unread: map[string]bool{}}
 	for _, f := range files {
-		data, err := fs.ReadFile(fsys, f)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", f, err)
+		switch f.Path {
+		case IgnoreFile:
+		case LockFile:
+			r.lock, r.lockDec = parseLock(f.Data, &r.diag)
+			r.hasLock = true
+		default:
+			for _, d := range r.documents(f.Path, f.Data) {
+				r.add(d)
+			}
 		}
-		for _, d := range r.documents(f, data) {
-			r.add(d)
-		}
-	}
-	lockData, err := fs.ReadFile(fsys, LockFile)
-	switch {
-	case err == nil:
-		r.lock, r.lockDec = parseLock(lockData, &r.diag)
-		r.hasLock = true
-	case !isNotExist(err):
-		return nil, fmt.Errorf("read %s: %w", LockFile, err)
 	}
 	m := r.build()
 	m.Diagnostics = dropTypoEchoes(r.diag.diags).Sort()
@@ -68,15 +66,17 @@ func Render(fsys fs.FS) (*Model, error) {
 
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
-// isClusterRepo reports whether fsys has a Cluster file at its root.
+// isClusterRepo reports whether fsys has a Cluster file at its root. It
+// looks at the names only: a cluster.yaml that is a link is refused when
+// the files are read.
 func isClusterRepo(fsys fs.FS) (bool, error) {
-	for _, name := range []string{ClusterFile, "cluster.yml"} {
-		_, err := fs.Stat(fsys, name)
-		switch {
-		case err == nil:
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return false, err
+	}
+	for _, e := range entries {
+		if n := e.Name(); n == ClusterFile || n == "cluster.yml" {
 			return true, nil
-		case !isNotExist(err):
-			return false, fmt.Errorf("read %s: %w", name, err)
 		}
 	}
 	return false, nil
@@ -118,7 +118,6 @@ func (d doc[T]) written(field string) bool {
 }
 
 type renderer struct {
-	fsys fs.FS
 	diag diagnoser
 	// unread holds the files with a document that could not be read (bad
 	// YAML, not a Keel document, nested too deeply). Its one error says

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 
+	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
 )
 
@@ -256,8 +259,9 @@ func (m *Mirror) Refs() (Refs, error) {
 }
 
 // Commit returns a commit of the mirror.
+// Its size is checked from the object's header first.
 func (m *Mirror) Commit(h plumbing.Hash) (*object.Commit, error) {
-	return m.repo.CommitObject(h)
+	return readCommit(m.repo.Storer, h)
 }
 
 // Reports reads the reports the mirror holds; those of nodes with a report
@@ -376,42 +380,46 @@ func (m *Mirror) Compact(ctx context.Context) error {
 	return nil
 }
 
-// Snapshot copies the spec files of commit c (everything but dot-directories
-// and what is obviously not a spec) into dir, so that the last good commit
-// stays readable whatever later shallow fetches and compactions do.
-func Snapshot(c *object.Commit, dir string) error {
-	tree, err := c.Tree()
+// CommitFS is CommitFS for a commit of the mirror.
+func (m *Mirror) CommitFS(c *object.Commit) (fs.FS, error) { return CommitFS(m.repo, c, "") }
+
+// Snapshot is Snapshot for a commit of the mirror.
+func (m *Mirror) Snapshot(c *object.Commit, dir string) error { return Snapshot(m.repo, c, dir) }
+
+// Snapshot writes into dir the files of commit c of repo that
+// render.ReadFiles reads, so that the last good commit stays readable
+// whatever later shallow fetches and compactions do.
+func Snapshot(repo *git.Repository, c *object.Commit, dir string) error {
+	fsys, err := CommitFS(repo, c, "")
 	if err != nil {
 		return err
 	}
+	files, err := render.ReadFiles(fsys)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", c.Hash, err)
+	}
+	return WriteSnapshot(dir, c.Hash.String(), files)
+}
+
+// WriteSnapshot replaces dir with files (as render.ReadFiles returned them:
+// regular files only, never a link) and a .keel-commit naming commit.
+// Files are 0600 and directories 0700; dir appears whole or not at all.
+func WriteSnapshot(dir, commit string, files []render.File) error {
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	err = tree.Files().ForEach(func(f *object.File) error {
-		if !f.Mode.IsFile() || strings.HasPrefix(f.Name, ".git/") {
-			return nil
-		}
-		content, err := f.Contents()
-		if err != nil {
-			return err
-		}
-		p := filepath.Join(tmp, filepath.FromSlash(f.Name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return err
-		}
-		return os.WriteFile(p, []byte(content), 0o600)
-	})
-	if err != nil {
+	if err := writeFiles(tmp, files); err != nil {
 		os.RemoveAll(tmp)
-		return fmt.Errorf("snapshot %s: %w", c.Hash, err)
+		return fmt.Errorf("snapshot %s: %w", commit, err)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, ".keel-commit"), []byte(c.Hash.String()+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, ".keel-commit"), []byte(commit+"\n"), 0o600); err != nil {
+		os.RemoveAll(tmp)
 		return err
 	}
 	old := dir + ".old"
 	os.RemoveAll(old)
-	if _, err := os.Stat(dir); err == nil {
+	if _, err := os.Lstat(dir); err == nil {
 		if err := os.Rename(dir, old); err != nil {
 			return err
 		}
@@ -421,6 +429,41 @@ func Snapshot(c *object.Commit, dir string) error {
 	}
 	os.RemoveAll(old)
 	return syncDir(filepath.Dir(dir))
+}
+
+// writeFiles writes files under a new directory dir, through an os.Root so
+// that no path, however it reads, lands outside it.
+func writeFiles(dir string, files []render.File) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, f := range files {
+		if !fs.ValidPath(f.Path) {
+			return fmt.Errorf("%q is not a path within the repository", f.Path)
+		}
+		if d := path.Dir(f.Path); d != "." {
+			if err := root.MkdirAll(d, 0o700); err != nil {
+				return err
+			}
+		}
+		w, err := root.OpenFile(f.Path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(f.Data)
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SnapshotCommit returns the commit a snapshot directory holds.

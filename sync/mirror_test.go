@@ -46,7 +46,7 @@ func TestMirrorFetchPublishAndForcePush(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := filepath.Join(t.TempDir(), "last-good")
-	if err := sync.Snapshot(c, snap); err != nil {
+	if err := m1.Snapshot(c, snap); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := sync.SnapshotCommit(snap); got != first {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os/exec"
 	"slices"
 	"strings"
@@ -12,7 +11,10 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
 )
 
@@ -80,31 +82,60 @@ func ReadVerifiedReports(repo *git.Repository, prefix string, keys ReportKeys) (
 	return reports, problems, err
 }
 
+// The largest report and signature read: a report is checked against
+// them from the objects' headers, before anything is inflated, so that a
+// small object that inflates to gigabytes (a decompression bomb) costs
+// nothing but that node's report.
+const (
+	MaxReportSize    = 4 << 20
+	MaxSignatureSize = 64 << 10
+	// maxReportTree bounds the tree of a report commit, which holds two
+	// entries.
+	maxReportTree = 4 << 10
+)
+
 // readReport reads report.yaml from the commit h, published for node, and
-// checks its signature when the node has a report key.
+// checks its signature when the node has a report key. Every object is
+// refused from its header when it is larger than it can be.
 func readReport(repo *git.Repository, h plumbing.Hash, node string, keys ReportKeys) (report.Report, error) {
-	c, err := repo.CommitObject(h)
+	s := repo.Storer
+	c, err := readCommit(s, h)
 	if err != nil {
 		return report.Report{}, fmt.Errorf("read commit: %w", err)
 	}
-	read := func(name string) ([]byte, error) {
-		f, err := c.File(name)
-		if err != nil {
-			return nil, err
-		}
-		rd, err := f.Reader()
-		if err != nil {
-			return nil, err
-		}
-		defer rd.Close()
-		return io.ReadAll(io.LimitReader(rd, 8<<20))
+	if err := checkSize(s, c.TreeHash, maxReportTree); err != nil {
+		return report.Report{}, fmt.Errorf("read tree: %w", err)
 	}
-	data, err := read(report.FileName)
+	tree, err := object.GetTree(s, c.TreeHash)
 	if err != nil {
+		return report.Report{}, fmt.Errorf("read tree: %w", err)
+	}
+	read := func(name string, max int64) ([]byte, error) {
+		e, err := tree.FindEntry(name)
+		if err != nil {
+			return nil, err
+		}
+		if e.Mode != filemode.Regular && e.Mode != filemode.Executable {
+			return nil, fmt.Errorf("%s: %w", name, render.ErrNotRegular)
+		}
+		data, err := readBlob(s, e.Hash, max)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return data, nil
+	}
+	data, err := read(report.FileName, MaxReportSize)
+	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
 		return report.Report{}, fmt.Errorf("no %s in commit %s", report.FileName, h)
 	}
+	if err != nil {
+		return report.Report{}, err
+	}
 	if key := keys[node]; key != nil {
-		sig, _ := read(SigFileName)
+		sig, err := read(SigFileName, MaxSignatureSize)
+		if err != nil && !errors.Is(err, object.ErrEntryNotFound) {
+			return report.Report{}, err
+		}
 		if err := VerifyReport(data, sig, key); err != nil {
 			return report.Report{}, err
 		}

@@ -66,7 +66,7 @@ func TestCommitFSPassesFSTest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsys, err := sync.CommitFS(c, "")
+	fsys, err := sync.CommitFS(repo, c, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestCommitFSPassesFSTest(t *testing.T) {
 	if len(fromGit.Instances) != 1 || fromGit.Instances[0].SpecHash != fromDisk.Instances[0].SpecHash {
 		t.Errorf("rendering from git differs from disk")
 	}
-	sub, err := sync.CommitFS(c, "apps")
+	sub, err := sync.CommitFS(repo, c, "apps")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,83 @@
+package cli_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/cli"
+)
+
+// TestHostileCheckoutIsRefusedByName: a checkout whose files are links (to
+// a credentials file, to /etc/passwd, to /dev/zero) or a FIFO makes every
+// command that reads it (validate, render, plan, lock) fail at once with
+// one error naming the path, the verdict the agent gives on the same
+// commit, and nothing of what the link points to in the output (issue 8
+// items 1 and 2).
+func TestHostileCheckoutIsRefusedByName(t *testing.T) {
+	const secret = "AKIA-s3cret-token-never-printed"
+	secretFile := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(secretFile, []byte("token: "+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path string
+		make       func(p string) error
+	}{
+		{"keel.lock links to a secret", "keel.lock", func(p string) error { return os.Symlink(secretFile, p) }},
+		{".keelignore links to a secret", ".keelignore", func(p string) error { return os.Symlink(secretFile, p) }},
+		{"a spec links to /etc/passwd", "apps/x.yaml", func(p string) error { return os.Symlink("/etc/passwd", p) }},
+		{"a spec links to a secret", "apps/creds.yaml", func(p string) error { return os.Symlink(secretFile, p) }},
+		{"a spec links to /dev/zero", "apps/zero.yaml", func(p string) error { return os.Symlink("/dev/zero", p) }},
+		{".keelignore is a FIFO", ".keelignore", func(p string) error { return syscall.Mkfifo(p, 0o644) }},
+		{"a spec is a FIFO", "apps/pipe.yaml", func(p string) error { return syscall.Mkfifo(p, 0o644) }},
+		{"a directory links outside", "apps", func(p string) error { return os.Symlink(filepath.Dir(secretFile), p) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			repo := copyRepo(t)
+			p := filepath.Join(repo, filepath.FromSlash(tc.path))
+			if err := os.RemoveAll(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.make(p); err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range [][]string{{"validate"}, {"render"}, {"plan"}, {"lock", "--check"}} {
+				code, out, errOut := keelWithin(t, 30*time.Second, append(args, "--repo", repo)...)
+				all := out + errOut
+				if code != cli.ExitInvalid || !strings.Contains(all, tc.path+": not a regular file") {
+					t.Errorf("keel %s: exit %d, want %d and an error naming %s:\n%s", args[0], code, cli.ExitInvalid, tc.path, all)
+				}
+				if strings.Contains(all, secret) || strings.Contains(all, "root:") {
+					t.Errorf("keel %s printed what the link points to:\n%s", args[0], all)
+				}
+			}
+		})
+	}
+}
+
+// keelWithin runs keel, failing the test if it has not returned within d:
+// a guard only, so that a command that hangs on a FIFO fails the test
+// rather than the whole run.
+func keelWithin(t *testing.T, d time.Duration, args ...string) (int, string, string) {
+	t.Helper()
+	type result struct {
+		code     int
+		out, err string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errOut := keel(t, args...)
+		done <- result{code, out, errOut}
+	}()
+	select {
+	case r := <-done:
+		return r.code, r.out, r.err
+	case <-time.After(d):
+		t.Fatalf("keel %v has not returned after %v", args, d)
+		return 0, "", ""
+	}
+}
