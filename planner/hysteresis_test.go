@@ -284,7 +284,9 @@ func (c *sim) movesOf(inst string) []simMove {
 	return out
 }
 
-func (mv simMove) String() string { return fmt.Sprintf("%s %s→%s at %ds", mv.inst, mv.from, mv.to, mv.at) }
+func (mv simMove) String() string {
+	return fmt.Sprintf("%s %s→%s at %ds", mv.inst, mv.from, mv.to, mv.at)
+}
 
 // Issue 8 item 8, regression: two starved nodes whose reports arrive
 // around the TTL (gaps of 31 to 33 s for a TTL of 30 s, overlapping). The
