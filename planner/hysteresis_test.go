@@ -254,6 +254,11 @@ func newSim(t fataler, model func(int) *render.Model, nodes []*simNode) *sim {
 		n.holds[pl.Instance] = report.Instance{Name: pl.Instance, State: report.StateRunning, SpecHash: m.Instance(pl.Instance).SpecHash, Generation: 1}
 		c.last[pl.Instance] = pl.Node
 	}
+	// Each node has published a report just before the replay begins.
+	for _, n := range nodes {
+		at := t0.Add(-time.Second + n.offset)
+		n.pushed, n.lastAt = []report.Report{c.own(n, at, at, n.since)}, at
+	}
 	return c
 }
 
