@@ -11,6 +11,7 @@ package planner
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -89,20 +90,10 @@ func (c *sim) view(n *simNode) []report.Report {
 func (c *sim) own(n *simNode, at, clock, since time.Time) report.Report {
 	r := reportOf(n.name, at)
 	r.Clock, r.Since = clock, since
-	for _, name := range slices.Sorted(mapsKeys2(n.holds)) {
+	for _, name := range slices.Sorted(maps.Keys(n.holds)) {
 		r.Instances = append(r.Instances, n.holds[name])
 	}
 	return r
-}
-
-func mapsKeys2[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // run replays seconds 0 to end.
@@ -150,14 +141,14 @@ func (c *sim) pass(n *simNode, s int) {
 			elsewhere[pl.Instance] = pl
 		}
 	}
-	for _, name := range slices.Sorted(mapsKeys2(mine)) {
+	for _, name := range slices.Sorted(maps.Keys(mine)) {
 		pl := mine[name]
 		if _, ok := n.holds[name]; ok || len(pl.WaitsFor) > 0 {
 			continue
 		}
 		c.start(n, s, m.Instance(name), pl, p, reports)
 	}
-	for _, name := range slices.Sorted(mapsKeys2(n.holds)) {
+	for _, name := range slices.Sorted(maps.Keys(n.holds)) {
 		if _, ok := mine[name]; ok {
 			continue
 		}
@@ -262,7 +253,7 @@ func newSim(t fataler, model func(int) *render.Model, nodes []*simNode) *sim {
 	return c
 }
 
-// everyFrom returns the pass seconds of a node passing every interval
+// passSchedule returns the pass seconds of a node passing every interval
 // seconds, with the given starvation gaps: {at, length} skips the passes
 // in [at, at+length).
 func passSchedule(end, interval int, gaps ...[2]int) map[int]bool {
