@@ -7,6 +7,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,7 +119,12 @@ type Agent struct {
 	lastPublish struct {
 		content string
 		at      time.Time
+		time    time.Time // the Time of the report handed to the worker
 	}
+	// run is this node's unbroken run of reports (report.Report.Since):
+	// since is its first report's Time, pushed the Time of the newest
+	// report pushed.
+	run       struct{ since, pushed time.Time }
 	gitOK     bool
 	gitErr    string
 	cluster   render.Cluster
@@ -577,6 +583,7 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID
 	}
+	r.Since = a.runSince(r.Time)
 	if c, err := a.opts.Driver.Capacity(ctx); err == nil {
 		r.Capacity = report.Capacity{CPU: c.CPU, Memory: c.Memory}
 	}
@@ -593,6 +600,18 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 		r.Services = append(r.Services, rs)
 	}
 	return r
+}
+
+// runSince returns the start of this node's unbroken run of reports for a
+// report dated t: the first report of this agent's life, or the first one
+// after a gap of more than livenessTTL since the last report pushed (peers
+// may have held the node dead meanwhile, so it settles again).
+func (a *Agent) runSince(t time.Time) time.Time {
+	last := cmp.Or(a.run.pushed, a.run.since)
+	if a.run.since.IsZero() || t.Sub(last) > time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL)) {
+		a.run.since = t
+	}
+	return a.run.since
 }
 
 // publish hands the report to the git worker when its content changed or
@@ -613,7 +632,7 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	if content == a.lastPublish.content && now.Sub(a.lastPublish.at) < interval {
 		return
 	}
-	a.lastPublish.content, a.lastPublish.at = content, now
+	a.lastPublish.content, a.lastPublish.at, a.lastPublish.time = content, now, r.Time
 	a.git.publish(r)
 }
 
@@ -626,6 +645,9 @@ func (a *Agent) onPublished(res publishResult) {
 		return
 	}
 	a.metrics.ReportPushes.Inc()
+	if a.lastPublish.time.After(a.run.pushed) {
+		a.run.pushed = a.lastPublish.time
+	}
 }
 
 func (a *Agent) updateInstanceMetrics(m *render.Model) {

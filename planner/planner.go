@@ -62,6 +62,17 @@ func PeerClock(m *render.Model, reports []report.Report, now time.Time) time.Tim
 	return t
 }
 
+// SettlePeriod is how long a node's reports must have run unbroken (its
+// report's Time minus its Since) before it may take an instance that
+// another node reports: one livenessTTL. A node that was judged dead and
+// reports again is settling until then: it keeps what it runs, may get
+// instances that no node reports, and takes nothing from another node, so
+// that reports arriving around the TTL (a starved CPU, a slow network)
+// move an instance at most once per death of its node and never back.
+func SettlePeriod(m *render.Model) time.Duration {
+	return time.Duration(m.Cluster.LivenessTTL)
+}
+
 // maxPerNode is how many instances fit in a node's /24: .2 to .254.
 const maxPerNode = 253
 
@@ -87,6 +98,7 @@ type room struct {
 	cpu, mem int64 // free; math.MaxInt64 when the capacity is unknown
 	slots    int32 // addresses left in the node's /24
 	hash     uint64
+	settling bool // takes no instance another node reports
 }
 
 func (r *room) fits(req render.Resources) bool {
@@ -202,6 +214,7 @@ func (p *planner) readNodes() {
 		p.warn(WarnNoReports, "", "no node has reported: planning as if every node of the inventory were alive, with its declared capacity")
 	}
 	ttl := time.Duration(p.m.Cluster.LivenessTTL)
+	settle := SettlePeriod(p.m)
 	for _, ns := range p.nodes {
 		r := ns.report
 		switch {
@@ -216,6 +229,11 @@ func (p *planner) readNodes() {
 			p.warn(WarnNodeDead, ns.Name, "node %s is dead: its last report is %s older than the newest (livenessTTL %s)", ns.Name, newest.Sub(r.Time).Round(time.Second), ttl)
 		default:
 			ns.Alive = true
+		}
+		if ns.Alive && r != nil && !r.Since.IsZero() && r.Time.Sub(r.Since) < settle {
+			ns.Settling = true
+			p.warn(WarnSettling, ns.Name, "node %s is settling: its reports have run unbroken for %s only (settle period %s); it takes no instance from another node until then",
+				ns.Name, r.Time.Sub(r.Since).Round(time.Second), settle)
 		}
 		if r != nil {
 			ns.ReportTime = r.Time.UTC()
@@ -253,7 +271,7 @@ func (p *planner) readNodes() {
 	}
 	p.room = make([]room, len(p.nodes))
 	for i, ns := range p.nodes {
-		p.room[i] = room{cpu: math.MaxInt64, mem: math.MaxInt64, slots: maxPerNode, hash: ns.hash}
+		p.room[i] = room{cpu: math.MaxInt64, mem: math.MaxInt64, slots: maxPerNode, hash: ns.hash, settling: ns.Settling}
 		if !ns.Unlimited {
 			p.room[i].cpu, p.room[i].mem = int64(ns.Capacity.CPU), int64(ns.Capacity.Memory)
 		}
@@ -521,7 +539,9 @@ func (p *planner) breakBeforeMake() {
 
 // placeNew runs step 5 for one instance: among the candidate nodes with
 // room, the one with the fewest replicas of the same Service, then the
-// highest rendezvous hash.
+// highest rendezvous hash. An instance that some node of the inventory
+// reports (dead, drained or no longer matching: a move) never goes to a
+// settling node (SettlePeriod).
 func (p *planner) placeNew(inst *render.Instance) {
 	ih := hash64(inst.Name)
 	req := inst.Spec.Resources
@@ -529,12 +549,18 @@ func (p *planner) placeNew(inst *render.Instance) {
 	if inst.Service != "" {
 		counts = p.serviceCounts(inst.Service)
 	}
+	moving := len(p.sightings[p.index[inst.Name]]) > 0
 	bestIdx := int32(-1)
 	var bestCount int32
 	var bestScore uint64
+	var settling int
 	for _, i := range p.candidates(inst) {
 		r := &p.room[i]
 		if !r.fits(req) {
+			continue
+		}
+		if moving && r.settling {
+			settling++
 			continue
 		}
 		var count int32
@@ -577,6 +603,8 @@ func (p *planner) placeNew(inst *render.Instance) {
 		p.unschedulable(inst, "no alive node matches %s", constraintText(inst))
 	case len(p.candidates(inst)) == 0:
 		p.unschedulable(inst, "every alive node that matches is unschedulable or refused this commit")
+	case settling > 0:
+		p.unschedulable(inst, "another node reports it, and every node with room for it is settling (reporting unbroken for less than %s): it stays where it is until one has settled", SettlePeriod(p.m))
 	default:
 		p.unschedulable(inst, "not enough capacity: it needs %s CPU and %s memory, and no eligible node has that much free (or room for another address)", req.CPU, req.Memory)
 	}

@@ -1095,3 +1095,75 @@ func TestPropertyHostileClocks(t *testing.T) {
 		}
 	})
 }
+
+// TestPropertyLivenessHysteresis (issue 8 item 8) replays a sequence of
+// plans: 2 to 5 agents, each passing at its own rate with a skewed clock
+// and planning from the reports published so far (its own view); starved
+// nodes skip passes for 25 to 35 s at a time (their reports arrive around
+// the TTL of 30 s), some nodes die for good, and a stateful instance's pin
+// moves. Checked at every start (see sim.start): (a) a stateful instance
+// never starts while another node runs it or while a report the starter
+// has lists it not stopped; (b) a stateless instance moves only off a node
+// dead for good or silent for more than the TTL, only onto a node whose
+// reports have run unbroken for the settle period, and always to a higher
+// generation than any copy that runs, so it never moves back on its own;
+// (c) no report time and no cluster time runs more than MaxClockLead
+// ahead of its node's clock.
+func TestPropertyLivenessHysteresis(t *testing.T) {
+	var moved, settled int
+	rapid.Check(t, func(t *rapid.T) {
+		const end = 240
+		n := rapid.IntRange(2, 5).Draw(t, "nodes")
+		var names []string
+		for i := range n {
+			names = append(names, fmt.Sprintf("n%d", i+1))
+		}
+		pin := rapid.SampledFrom(names).Draw(t, "pin")
+		repo := repoDef{Nodes: tableNodes(names...), Workloads: []workloadDef{
+			svc("web", rapid.IntRange(1, 4).Draw(t, "web")), svc("api", rapid.IntRange(1, 2).Draw(t, "api")),
+			{Name: "db", Volumes: []string{"db-data"}},
+		}, Pins: map[string]string{"db": pin}}
+		m1 := repo.model(t)
+		m2 := m1
+		repin := -1
+		if rapid.Bool().Draw(t, "repin") {
+			repo.Pins = map[string]string{"db": rapid.SampledFrom(names).Draw(t, "newPin")}
+			m2 = repo.model(t)
+			repin = rapid.IntRange(0, end).Draw(t, "repinAt")
+		}
+		model := func(s int) *render.Model {
+			if repin >= 0 && s >= repin {
+				return m2
+			}
+			return m1
+		}
+		ttl := int(time.Duration(m1.Cluster.LivenessTTL) / time.Second)
+		var nodes []*simNode
+		deaths := 0
+		for _, name := range names {
+			var gaps [][2]int
+			for range rapid.IntRange(0, 4).Draw(t, name+"Starved") {
+				gaps = append(gaps, [2]int{rapid.IntRange(0, end).Draw(t, name+"GapAt"), rapid.IntRange(ttl-5, ttl+5).Draw(t, name+"GapLen")})
+			}
+			dies := -1
+			if deaths < n-1 && rapid.IntRange(0, 3).Draw(t, name+"Dies") == 0 {
+				dies = rapid.IntRange(1, end).Draw(t, name+"DiesAt")
+				deaths++
+			}
+			nodes = append(nodes, &simNode{
+				name:   name,
+				offset: time.Duration(rapid.IntRange(-2000, 2000).Draw(t, name+"OffsetMs")) * time.Millisecond,
+				passes: passSchedule(end, rapid.SampledFrom([]int{1, 2, 3, 5}).Draw(t, name+"Interval"), gaps...),
+				diesAt: dies,
+			})
+		}
+		c := newSim(t, model, nodes)
+		c.run(end)
+		moved += len(c.moves)
+		settled += c.settleChecks
+	})
+	t.Logf("%d moves, %d of them checked against settling", moved, settled)
+	if settled == 0 {
+		t.Fatal("no stateless instance ever moved: the generator tests nothing")
+	}
+}

@@ -79,6 +79,10 @@ type Node struct {
 	Schedulable bool         `json:"schedulable"`
 	Address     netip.Addr   `json:"address"`
 	PodCIDR     netip.Prefix `json:"podCIDR"`
+	// Settling is true for an alive node whose reports have run unbroken
+	// for less than SettlePeriod (its report's since): it takes no
+	// instance that another node reports.
+	Settling bool `json:"settling,omitempty"`
 	// ReportTime is the time of the node's report; zero without one.
 	ReportTime time.Time `json:"reportTime,omitzero"`
 	// RefusedCommit is true when the node refused the planned commit.
@@ -171,6 +175,7 @@ const (
 	WarnReportIgnored  = "report-ignored"
 	WarnNodeDead       = "node-dead"
 	WarnPresumedAlive  = "presumed-alive"
+	WarnSettling       = "settling"
 	WarnRefused        = "refused"
 	WarnPinnedDead     = "pinned-to-dead-node"
 	WarnUnpinned       = "stateful-not-pinned"

@@ -51,7 +51,14 @@ type Report struct {
 	// be later (it follows the peers' clocks). Peers follow Clock, not
 	// Time, so that a lead does not feed on itself. Zero in reports of
 	// older agents: Time stands in for it.
-	Clock        time.Time     `yaml:"clock,omitempty" json:"clock,omitzero"`
+	Clock time.Time `yaml:"clock,omitempty" json:"clock,omitzero"`
+	// Since is the Time of the first report of the node's current unbroken
+	// run: no two consecutive reports it published more than livenessTTL
+	// apart. The agent restarts the run when it starts and after a gap.
+	// Peers hold a node whose run is shorter than the settle period as
+	// settling (planner.SettlePeriod). Never after Time; zero in reports
+	// of older agents.
+	Since        time.Time     `yaml:"since,omitempty" json:"since,omitzero"`
 	AgentVersion string        `yaml:"agentVersion" json:"agentVersion"`
 	Commit       string        `yaml:"commit" json:"commit"`
 	PlanID       string        `yaml:"planID" json:"planID"`
@@ -130,6 +137,7 @@ type raw struct {
 	Node         string    `yaml:"node"`
 	Time         time.Time `yaml:"time"`
 	Clock        time.Time `yaml:"clock"`
+	Since        time.Time `yaml:"since"`
 	AgentVersion string    `yaml:"agentVersion"`
 	Commit       string    `yaml:"commit"`
 	PlanID       string    `yaml:"planID"`
@@ -191,8 +199,11 @@ func ParseFile(data []byte) (Report, error) {
 	if r.Time.IsZero() {
 		return Report{}, fmt.Errorf("report has no time")
 	}
+	if r.Since.After(r.Time) {
+		return Report{}, fmt.Errorf("since: %s is after the report's time %s", r.Since.UTC().Format(time.RFC3339Nano), r.Time.UTC().Format(time.RFC3339Nano))
+	}
 	out := Report{
-		APIVersion: r.APIVersion, Kind: r.Kind, Node: r.Node, Time: r.Time.UTC(), Clock: r.Clock.UTC(),
+		APIVersion: r.APIVersion, Kind: r.Kind, Node: r.Node, Time: r.Time.UTC(), Clock: r.Clock.UTC(), Since: r.Since.UTC(),
 		AgentVersion: r.AgentVersion, Commit: r.Commit, PlanID: r.PlanID, Refused: r.Refused,
 		Volumes: r.Volumes, Services: r.Services, Certificates: r.Certificates,
 	}
@@ -249,6 +260,7 @@ func (r Report) Marshal() []byte {
 	r.APIVersion, r.Kind = render.APIVersion, Kind
 	r.Time = r.Time.UTC()
 	r.Clock = r.Clock.UTC()
+	r.Since = r.Since.UTC()
 	r.Instances = slices.Clone(r.Instances)
 	slices.SortFunc(r.Instances, func(a, b Instance) int { return strings.Compare(a.Name, b.Name) })
 	r.Volumes = slices.Clone(r.Volumes)

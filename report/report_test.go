@@ -118,3 +118,28 @@ func TestClockAndGeneration(t *testing.T) {
 		}
 	}
 }
+
+// Issue 8 item 8: the run start (since) round-trips, is omitted when zero,
+// and may not be after the report's time.
+func TestSince(t *testing.T) {
+	r := sample()
+	r.Since = r.Time.Add(-45 * time.Second)
+	got, err := report.Parse(r.Marshal(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Since.Equal(r.Since) {
+		t.Fatalf("since %s, want %s", got.Since, r.Since)
+	}
+	if s := string(sample().Marshal()); strings.Contains(s, "since:") {
+		t.Fatalf("a zero since is written:\n%s", s)
+	}
+	r.Since = r.Time
+	if _, err := report.Parse(r.Marshal(), "n1"); err != nil {
+		t.Fatalf("since equal to time refused: %v", err)
+	}
+	r.Since = r.Time.Add(time.Millisecond)
+	if _, err := report.Parse(r.Marshal(), "n1"); err == nil || !strings.Contains(err.Error(), "since") {
+		t.Fatalf("since after time: err %v", err)
+	}
+}
