@@ -81,3 +81,36 @@ func keelWithin(t *testing.T, d time.Duration, args ...string) (int, string, str
 		return 0, "", ""
 	}
 }
+
+// TestHostileReportDirIsReadByName: keel plan --reports DIR reads the
+// directory with the checkout's reader, so a report that is a link to a
+// credentials file or a FIFO is ignored with a warning naming it, at once,
+// and nothing of what it points to is printed.
+func TestHostileReportDirIsReadByName(t *testing.T) {
+	const secret = "AKIA-s3cret-token-never-printed"
+	secretFile := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(secretFile, []byte("node: "+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := initRepo(t)
+	reports := writeReports(t, dir)
+	if err := os.Symlink(secretFile, filepath.Join(reports, "zz-link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(reports, "zz-pipe.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := keelWithin(t, 30*time.Second, "plan", "--repo", dir, "--reports", reports, "--now", planTime.Format(time.RFC3339))
+	all := out + errOut
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d:\n%s", code, all)
+	}
+	for _, name := range []string{"zz-link.yaml", "zz-pipe.yaml"} {
+		if !strings.Contains(all, "report "+name+" ignored") || !strings.Contains(all, "not a regular file") {
+			t.Errorf("no warning naming %s:\n%s", name, all)
+		}
+	}
+	if strings.Contains(all, secret) {
+		t.Errorf("keel plan printed what the link points to:\n%s", all)
+	}
+}

@@ -1,8 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -89,7 +90,14 @@ func (e *env) readReports(f *reportFlags, g *gitRepo, m *render.Model) ([]report
 // report of a node with a reportKey needs its signature beside it, in the
 // file's name plus ".sig".
 func readReportDir(dir string, keys sync.ReportKeys) ([]report.Report, []string, error) {
-	entries, err := os.ReadDir(dir)
+	// The same reader as for a checkout: no links, FIFOs or devices, and
+	// nothing larger than a spec file is read.
+	fsys, err := sync.OpenDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reports: %w", err)
+	}
+	defer fsys.Close()
+	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
 		return nil, nil, fmt.Errorf("reports: %w", err)
 	}
@@ -100,23 +108,25 @@ func readReportDir(dir string, keys sync.ReportKeys) ([]report.Report, []string,
 		if e.IsDir() || (ext != ".yaml" && ext != ".yml") {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, nil, fmt.Errorf("reports: %w", err)
-		}
-		r, err := report.ParseFile(data)
+		data, err := fsys.ReadFile(e.Name())
 		if err == nil {
-			if key := keys[r.Node]; key != nil {
-				sig, _ := os.ReadFile(path + ".sig")
-				err = sync.VerifyReport(data, sig, key)
+			var r report.Report
+			if r, err = report.ParseFile(data); err == nil {
+				if key := keys[r.Node]; key != nil {
+					var sig []byte
+					// A missing signature is "not signed", from VerifyReport.
+					sig, err = fsys.ReadFile(e.Name() + ".sig")
+					if err == nil || errors.Is(err, fs.ErrNotExist) {
+						err = sync.VerifyReport(data, sig, key)
+					}
+				}
+				if err == nil {
+					out = append(out, r)
+					continue
+				}
 			}
 		}
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("report %s ignored: %v", e.Name(), err))
-			continue
-		}
-		out = append(out, r)
+		problems = append(problems, fmt.Sprintf("report %s ignored: %v", e.Name(), err))
 	}
 	return out, problems, nil
 }
