@@ -211,6 +211,13 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 	if refs.Tip.IsZero() {
 		return fetchResult{err: errors.New("branch " + w.opts.Remote.Branch + " not found in the repository"), stage: "fetch"}
 	}
+	// A tip whose objects break the fetch limits was left out of the
+	// fetch: it is refused like an invalid commit, by its hash.
+	var tipRefused error
+	if refs.Refused != nil {
+		refs.Tip = refs.Refused.Hash
+		tipRefused = fmt.Errorf("%w: %s", render.ErrTooLarge, refs.Refused.Reason)
+	}
 	reportRefs := refs
 	src := *spec
 	if reportRepo != "" {
@@ -238,6 +245,8 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 		// one, never a failed sync: reports are read below whatever the tip.
 		c, err := (*spec).Commit(refs.Tip)
 		switch {
+		case tipRefused != nil:
+			res.renderErr = tipRefused
 		case errors.Is(err, render.ErrTooLarge):
 			res.renderErr = err
 		case err != nil:
@@ -265,6 +274,7 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 		if err != nil {
 			return fetchResult{err: err, stage: "read"}
 		}
+		res.problems = append(res.problems, reportRefs.Skipped...)
 	}
 	*prev, *prevReports = refs, reportRefs
 	return res

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -109,6 +110,8 @@ type Mirror struct {
 	auth         transport.AuthMethod
 	repo         *git.Repository
 	fetches      int
+	// skipped are the refs the last fetch left out (fetchAround).
+	skipped map[plumbing.ReferenceName]SkippedRef
 }
 
 // compactEvery is how many fetches a mirror makes before it compacts
@@ -122,6 +125,7 @@ func OpenMirror(ctx context.Context, dir string, remote Remote, reportPrefix str
 	if err := CheckURL(remote.URL); err != nil {
 		return nil, err
 	}
+	guardTransports()
 	auth, err := remote.Auth()
 	if err != nil {
 		return nil, err
@@ -192,6 +196,11 @@ func (m *Mirror) initRepo(dir string) (*git.Repository, error) {
 type Refs struct {
 	Tip     plumbing.Hash
 	Reports map[string]plumbing.Hash // node → report commit
+	// Refused is set when the remote's tip was left out of the fetch (its
+	// objects break the fetch limits); Tip is then what the mirror had.
+	Refused *SkippedRef
+	// Skipped counts the report refs left out, each one node's problem.
+	Skipped []string
 }
 
 // Equal reports whether two fetches found the same refs.
@@ -208,21 +217,129 @@ func (r Refs) Equal(o Refs) bool {
 }
 
 // Fetch brings the branch (depth 1, following force pushes) and the report
-// refs up to date, and returns them.
+// refs up to date, and returns them. A ref whose objects break the fetch
+// limits (MaxObjectSize, ...) is left out, and the others are fetched
+// around it: see fetchAround.
 func (m *Mirror) Fetch(ctx context.Context) (Refs, error) {
-	specs := []config.RefSpec{config.RefSpec("+" + m.reportPrefix + "*:" + m.reportPrefix + "*")}
-	if m.remote.Branch != "" {
-		b := plumbing.NewBranchReferenceName(m.remote.Branch)
-		specs = append(specs, config.RefSpec("+"+b.String()+":"+b.String()))
+	if len(m.skipped) == 0 {
+		specs := []config.RefSpec{config.RefSpec("+" + m.reportPrefix + "*:" + m.reportPrefix + "*")}
+		if m.remote.Branch != "" {
+			b := plumbing.NewBranchReferenceName(m.remote.Branch)
+			specs = append(specs, config.RefSpec("+"+b.String()+":"+b.String()))
+		}
+		err := m.fetch(ctx, specs, true)
+		var tooLarge *ObjectTooLargeError
+		if !errors.As(err, &tooLarge) {
+			if err != nil {
+				return Refs{}, err
+			}
+			m.fetches++
+			return m.Refs()
+		}
 	}
-	err := m.repo.FetchContext(ctx, &git.FetchOptions{
-		RemoteName: "origin", RefSpecs: specs, Depth: m.depth(), Tags: git.NoTags, Force: true, Auth: m.auth, Prune: true,
-	})
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return Refs{}, fmt.Errorf("fetch %s: %w", Redacted(m.remote.URL), RedactURL(err))
+	if err := m.fetchAround(ctx); err != nil {
+		return Refs{}, err
 	}
 	m.fetches++
 	return m.Refs()
+}
+
+func (m *Mirror) fetch(ctx context.Context, specs []config.RefSpec, prune bool) error {
+	err := m.repo.FetchContext(ctx, &git.FetchOptions{
+		RemoteName: "origin", RefSpecs: specs, Depth: m.depth(), Tags: git.NoTags, Force: true, Auth: m.auth, Prune: prune,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return fmt.Errorf("fetch %s: %w", Redacted(m.remote.URL), RedactURL(err))
+	}
+	return nil
+}
+
+// fetchAround fetches the branch and the report refs the remote lists,
+// leaving out every ref whose objects break the fetch limits: it fetches
+// them in groups, halving a group that is refused until the refs to leave
+// out are found (a few fetches per bad ref), and remembers those refs at
+// their hashes so that later fetches name every other ref at once. A ref
+// left out keeps what the mirror had (a report stays as old as it was; a
+// refused tip is in Refs.Refused), so that one bad ref never stops the
+// others from being read.
+func (m *Mirror) fetchAround(ctx context.Context) error {
+	remote, err := m.repo.Remote("origin")
+	if err != nil {
+		return err
+	}
+	listed, err := remote.ListContext(ctx, &git.ListOptions{Auth: m.auth})
+	if err != nil {
+		return fmt.Errorf("list %s: %w", Redacted(m.remote.URL), RedactURL(err))
+	}
+	branch := plumbing.NewBranchReferenceName(m.remote.Branch)
+	present := map[plumbing.ReferenceName]bool{}
+	var want []*plumbing.Reference
+	skipped := map[plumbing.ReferenceName]SkippedRef{}
+	for _, r := range listed {
+		name := r.Name()
+		if r.Type() != plumbing.HashReference || (name != branch || m.remote.Branch == "") && !strings.HasPrefix(name.String(), m.reportPrefix) {
+			continue
+		}
+		present[name] = true
+		if s, ok := m.skipped[name]; ok && s.Hash == r.Hash() {
+			skipped[name] = s
+			continue
+		}
+		want = append(want, r)
+	}
+	var fetchGroup func([]*plumbing.Reference) error
+	fetchGroup = func(group []*plumbing.Reference) error {
+		if len(group) == 0 {
+			return nil
+		}
+		specs := make([]config.RefSpec, len(group))
+		for i, r := range group {
+			specs[i] = config.RefSpec("+" + r.Name().String() + ":" + r.Name().String())
+		}
+		err := m.fetch(ctx, specs, false)
+		var tooLarge *ObjectTooLargeError
+		switch {
+		case err == nil:
+			return nil
+		case !errors.As(err, &tooLarge):
+			return err
+		case len(group) == 1:
+			skipped[group[0].Name()] = SkippedRef{Hash: group[0].Hash(), Reason: tooLarge.Reason}
+			return nil
+		}
+		half := len(group) / 2
+		if err := fetchGroup(group[:half]); err != nil {
+			return err
+		}
+		return fetchGroup(group[half:])
+	}
+	if err := fetchGroup(want); err != nil {
+		return err
+	}
+	m.skipped = skipped
+	// Prune by hand: report refs gone from the remote, and a report left
+	// out (its old content would say the node is as it was).
+	local, err := m.repo.References()
+	if err != nil {
+		return err
+	}
+	defer local.Close()
+	return local.ForEach(func(r *plumbing.Reference) error {
+		name := r.Name()
+		if !strings.HasPrefix(name.String(), m.reportPrefix) {
+			return nil
+		}
+		if _, left := skipped[name]; present[name] && !left {
+			return nil
+		}
+		return m.repo.Storer.RemoveReference(name)
+	})
+}
+
+// SkippedRef is a ref a fetch left out, at the hash it had, and why.
+type SkippedRef struct {
+	Hash   plumbing.Hash
+	Reason string
 }
 
 func (m *Mirror) depth() int {
@@ -244,6 +361,14 @@ func (m *Mirror) Refs() (Refs, error) {
 			return Refs{}, err
 		}
 	}
+	for name, s := range m.skipped {
+		if name == plumbing.NewBranchReferenceName(m.remote.Branch) {
+			out.Refused = &s
+		} else {
+			out.Skipped = append(out.Skipped, fmt.Sprintf("report ref %s at %.12s left out of the fetch: %s", name, s.Hash, s.Reason))
+		}
+	}
+	slices.Sort(out.Skipped)
 	iter, err := m.repo.References()
 	if err != nil {
 		return Refs{}, err

@@ -158,6 +158,7 @@ func FetchReports(ctx context.Context, repo *git.Repository, dir, remote, prefix
 		}
 		return nil
 	}
+	guardTransports()
 	err := repo.FetchContext(ctx, &git.FetchOptions{RemoteName: remote, RefSpecs: []config.RefSpec{config.RefSpec(spec)}, Tags: git.NoTags})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return fmt.Errorf("fetch reports from %s: %w", remote, RedactURL(err))
