@@ -105,6 +105,7 @@ type Agent struct {
 	rec     *nodeexec.Reconciler
 	proxies *proxy.Manager
 	git     *gitWorker
+	pub     *publisher
 
 	// Owned by the loop goroutine.
 	applied     *appliedCommit
@@ -241,11 +242,17 @@ func (a *Agent) Trigger() {
 func (a *Agent) Run(ctx context.Context) error {
 	var err error
 	gctx, cancelGit := context.WithCancel(context.Background())
-	defer cancelGit()
 	a.git, err = newGitWorker(gctx, a)
 	if err != nil {
+		cancelGit()
 		return err
 	}
+	defer func() {
+		cancelGit()
+		<-a.git.done
+	}()
+	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit())
+	defer a.pub.close()
 	defer a.proxies.Close()
 	if local, ok := sync.LocalPath(a.opts.Remote.URL); ok && !a.opts.DisableWatch {
 		if err := sync.Watch(ctx, local, a.log, a.Trigger); err != nil {
@@ -276,8 +283,6 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.pass(ctx)
 				reconcile.Reset(a.opts.Reconcile)
 			}
-		case res := <-a.git.published:
-			a.onPublished(res)
 		case <-reconcile.C:
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
@@ -552,7 +557,7 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	return r
 }
 
-// publish hands the report to the git worker when its content changed or
+// publish hands the report to the publisher when its content changed or
 // the report interval passed; the push never blocks the loop.
 func (a *Agent) publish(ctx context.Context, now time.Time) {
 	r := a.ownReport(ctx, now)
@@ -571,18 +576,18 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 		return
 	}
 	a.lastPublish.content, a.lastPublish.at = content, now
-	a.git.publish(r)
+	prefix := a.cluster.ReportRefPrefix
+	if prefix == "" {
+		prefix = render.DefaultReportRefPrefix
+	}
+	a.pub.publish(publication{report: r, builtAt: now, prefix: prefix, reportRepo: a.cluster.ReportRepo, interval: interval})
 }
 
-func (a *Agent) onPublished(res publishResult) {
-	if res.err != nil {
-		a.metrics.ReportPushErrors.Inc()
-		a.metrics.SyncErrors.WithLabelValues("publish").Inc()
-		a.lastPublish.content = "" // try again at the next pass
-		a.log.Warn("report push failed; will retry", "err", res.err)
-		return
-	}
-	a.metrics.ReportPushes.Inc()
+// loopStallLimit is how long the loop may go without a pass before
+// /healthz fails, and before the publisher stops refreshing this node's
+// report: a stuck agent stops looking alive.
+func (a *Agent) loopStallLimit() time.Duration {
+	return 3*a.opts.Reconcile + a.opts.StopGrace + time.Minute
 }
 
 func (a *Agent) updateInstanceMetrics(m *render.Model) {
