@@ -340,6 +340,10 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		a.refused = nil
 		a.metrics.CommitRefused.Reset()
 		a.log.Info("applied commit", "commit", short(res.commit))
+		if a.leaving() {
+			a.log.Warn("this node is not in the inventory of the applied commit: decommissioning (instances stop, volumes stay)",
+				"commit", short(res.commit))
+		}
 	default:
 		a.refused = &report.Refusal{Commit: res.commit, Reason: reason}
 		a.metrics.CommitRefused.Reset()
@@ -374,10 +378,18 @@ func (a *Agent) admit(res fetchResult) string {
 	if v := m.Cluster.MinAgentVersion; v != "" && versionLess(a.opts.Version, v) {
 		return fmt.Sprintf("minAgentVersion is %s and this agent is %s: upgrade keel on this node", v, a.opts.Version)
 	}
-	if m.Node(a.opts.Node) == nil {
-		return fmt.Sprintf("node %s is not in the inventory of this commit (nodes/%s.yaml)", a.opts.Node, a.opts.Node)
-	}
+	// A commit whose inventory no longer lists this node is applied: it is
+	// this node's decommission (see leaving).
 	return ""
+}
+
+// leaving reports whether the applied commit's inventory no longer lists
+// this node: the node is decommissioned. It stops everything it holds
+// (stateless instances once their replacements run elsewhere, stateful ones
+// at once; volumes stay), drops its VIPs, routes and proxies, and says so in
+// its report, rather than keep serving a stale plan.
+func (a *Agent) leaving() bool {
+	return a.applied != nil && a.applied.model.Node(a.opts.Node) == nil
 }
 
 // accept makes the fetched commit the last good one, durably: its
@@ -434,19 +446,24 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	defer a.health.ready.Store(true)
 	now := a.opts.Now()
-	// While git is unreachable this node cannot learn how the others fare,
-	// nor tell them how it fares: it keeps the plan of its last successful
-	// fetch (the clock stops at that fetch, so nobody looks dead for lack
-	// of news), and only restarts what crashed.
+	// This node knows how the others fare as of its last successful fetch:
+	// it judges them at that time, so that nobody looks dead for lack of
+	// news, whether git is unreachable or a fetch is merely slow (a large
+	// commit takes tens of seconds). While git is unreachable it keeps the
+	// plan of its last successful fetch and only restarts what crashed.
+	// (Its published report is dated now: the publisher keeps it fresh.)
 	planAt := now
-	if !a.gitOK && !a.fetchedAt.IsZero() {
-		planAt = a.fetchedAt
+	switch {
+	case !a.lastFetchOK.IsZero() && a.lastFetchOK.Before(now):
+		planAt = a.lastFetchOK
+	case !a.gitOK && !a.fetchedAt.IsZero():
+		planAt = a.fetchedAt // restarted while git is unreachable
 	}
 	own := a.ownReport(ctx, planAt)
 	reports := append(slices.Clone(a.peers), own)
 	m := a.applied.model
 	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: planAt,
-		PresumeAlive: a.warmingUp(m, now)})
+		PresumeAlive: a.warmingUp(m, planAt)})
 	a.plan = plan
 	a.metrics.Plan.Reset()
 	a.metrics.Plan.WithLabelValues(plan.PlanID).Set(1)
@@ -462,7 +479,8 @@ func (a *Agent) pass(ctx context.Context) {
 		a.log.Debug("cluster suspended: instances are watched, nothing is changed")
 	}
 	start := time.Now()
-	res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports, Frozen: m.Cluster.Suspend})
+	leaving := a.leaving()
+	res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports, Frozen: m.Cluster.Suspend, Leaving: leaving})
 	a.metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		a.metrics.ReconcileErrors.Inc()
@@ -473,12 +491,16 @@ func (a *Agent) pass(ctx context.Context) {
 		a.log.Info("reconciled", "created", res.Created, "restarted", res.Restarted, "replaced", res.Replaced,
 			"stopped", res.Stopped, "removed", res.Removed, "errors", len(res.Errors), "plan", short(plan.PlanID))
 	}
+	if leaving {
+		plan = &planner.Plan{} // no VIPs, routes nor proxies on a node that left
+	}
 	a.network(ctx, m, plan)
 	a.updateInstanceMetrics(m)
 	a.publish(ctx, now)
 }
 
-// warmingUp returns, during the first livenessTTL after the agent starts,
+// warmingUp returns, during the first livenessTTL after the agent starts
+// (judged at now, the time the plan is made for: the last fetch),
 // the inventory nodes that have not reported at all: they are presumed
 // alive so that an agent starting with (or before) its peers does not take
 // their work for the moment it takes them to report.
@@ -534,7 +556,7 @@ func (a *Agent) network(ctx context.Context, m *render.Model, plan *planner.Plan
 func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	r := report.Report{
 		Node: a.opts.Node, Time: a.reportTime(now), AgentVersion: a.opts.Version,
-		Commit: a.appliedCommit(), Refused: a.refused,
+		Commit: a.appliedCommit(), Refused: a.refused, Decommissioned: a.leaving(),
 	}
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID

@@ -51,6 +51,10 @@ type Report struct {
 	Commit       string        `yaml:"commit" json:"commit"`
 	PlanID       string        `yaml:"planID" json:"planID"`
 	Refused      *Refusal      `yaml:"refused,omitempty" json:"refused,omitempty"`
+	// Decommissioned says that the node's applied commit no longer lists
+	// it in the inventory: it is leaving, stops what it holds (its
+	// volumes stay) and runs nothing new.
+	Decommissioned bool `yaml:"decommissioned,omitempty" json:"decommissioned,omitempty"`
 	Capacity     Capacity      `yaml:"capacity" json:"capacity"`
 	Instances    []Instance    `yaml:"instances" json:"instances"`
 	Volumes      []Volume      `yaml:"volumes" json:"volumes"`
