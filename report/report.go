@@ -43,23 +43,23 @@ var States = []State{StateStarting, StateRunning, StateCrashLoop, StateFailed, S
 
 // Report is one node's status.
 type Report struct {
-	APIVersion   string        `yaml:"apiVersion" json:"apiVersion"`
-	Kind         string        `yaml:"kind" json:"kind"`
-	Node         string        `yaml:"node" json:"node"`
-	Time         time.Time     `yaml:"time" json:"time"`
-	AgentVersion string        `yaml:"agentVersion" json:"agentVersion"`
-	Commit       string        `yaml:"commit" json:"commit"`
-	PlanID       string        `yaml:"planID" json:"planID"`
-	Refused      *Refusal      `yaml:"refused,omitempty" json:"refused,omitempty"`
+	APIVersion   string    `yaml:"apiVersion" json:"apiVersion"`
+	Kind         string    `yaml:"kind" json:"kind"`
+	Node         string    `yaml:"node" json:"node"`
+	Time         time.Time `yaml:"time" json:"time"`
+	AgentVersion string    `yaml:"agentVersion" json:"agentVersion"`
+	Commit       string    `yaml:"commit" json:"commit"`
+	PlanID       string    `yaml:"planID" json:"planID"`
+	Refused      *Refusal  `yaml:"refused,omitempty" json:"refused,omitempty"`
 	// Decommissioned says that the node's applied commit no longer lists
 	// it in the inventory: it is leaving, stops what it holds (its
 	// volumes stay) and runs nothing new.
-	Decommissioned bool `yaml:"decommissioned,omitempty" json:"decommissioned,omitempty"`
-	Capacity     Capacity      `yaml:"capacity" json:"capacity"`
-	Instances    []Instance    `yaml:"instances" json:"instances"`
-	Volumes      []Volume      `yaml:"volumes" json:"volumes"`
-	Services     []Service     `yaml:"services,omitempty" json:"services,omitempty"`
-	Certificates []Certificate `yaml:"certificates" json:"certificates"`
+	Decommissioned bool          `yaml:"decommissioned,omitempty" json:"decommissioned,omitempty"`
+	Capacity       Capacity      `yaml:"capacity" json:"capacity"`
+	Instances      []Instance    `yaml:"instances" json:"instances"`
+	Volumes        []Volume      `yaml:"volumes" json:"volumes"`
+	Services       []Service     `yaml:"services,omitempty" json:"services,omitempty"`
+	Certificates   []Certificate `yaml:"certificates" json:"certificates"`
 }
 
 // Refusal says that the node did not apply the newest commit, and why.
