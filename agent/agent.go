@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -399,7 +400,17 @@ func (a *Agent) accept(res fetchResult) error {
 		return err
 	}
 	prev := a.appliedCommit()
+	before := 0
+	if a.applied != nil {
+		before = len(a.applied.model.Instances)
+	}
 	a.applied = &appliedCommit{commit: res.commit, model: res.model}
+	if shrunk(before, len(res.model.Instances)) {
+		// The old model and its plan are garbage now: hand their memory
+		// back to the system rather than keep it in the heap's reserve.
+		a.plan = nil
+		defer debug.FreeOSMemory()
+	}
 	a.cluster = res.model.Cluster
 	a.setReportKeys(res.model)
 	a.reportPrefix.Store(&a.cluster.ReportRefPrefix)
@@ -413,6 +424,12 @@ func (a *Agent) accept(res fetchResult) error {
 		}
 	}
 	return nil
+}
+
+// shrunk reports whether a model of after instances is much smaller than
+// one of before (by 4 times and by more than 1,000 instances).
+func shrunk(before, after int) bool {
+	return before > 1000 && before-after > 1000 && after*4 < before
 }
 
 func (a *Agent) appliedCommit() string {
@@ -618,13 +635,30 @@ func (a *Agent) updateInstanceMetrics(m *render.Model) {
 	for _, s := range report.States {
 		a.metrics.Instances.WithLabelValues(string(s)).Set(0)
 	}
-	for name, st := range a.rec.Instances() {
+	held := a.rec.Instances()
+	for name, st := range held {
 		a.metrics.Instances.WithLabelValues(string(st.State)).Inc()
 		a.metrics.InstanceInfo.WithLabelValues(name, st.Service, string(st.State)).Set(1)
 		if d := st.Restarts - a.restarted[name]; d > 0 {
 			a.metrics.InstanceRestarts.WithLabelValues(name).Add(float64(d))
 		}
 		a.restarted[name] = st.Restarts
+	}
+	a.pruneInstanceMetrics(func(name string) bool { _, ok := held[name]; return ok })
+}
+
+// pruneInstanceMetrics deletes the per-instance series (and the restart
+// counts behind them) of the instances this node no longer holds: a model
+// that shrinks gives its memory back.
+func (a *Agent) pruneInstanceMetrics(holds func(string) bool) {
+	for name := range a.restarted {
+		if !holds(name) {
+			a.metrics.InstanceRestarts.DeleteLabelValues(name)
+			delete(a.restarted, name)
+		}
+	}
+	if len(a.restarted) == 0 {
+		a.restarted = map[string]int{} // a map never shrinks its buckets
 	}
 }
 
