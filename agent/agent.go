@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -107,6 +108,7 @@ type Agent struct {
 	rec     *nodeexec.Reconciler
 	proxies *proxy.Manager
 	git     *gitWorker
+	pub     *publisher
 
 	// Owned by the loop goroutine.
 	applied     *appliedCommit
@@ -119,12 +121,7 @@ type Agent struct {
 	lastPublish struct {
 		content string
 		at      time.Time
-		time    time.Time // the Time of the report handed to the worker
 	}
-	// run is this node's unbroken run of reports (report.Report.Since):
-	// since is its first report's Time, pushed the Time of the newest
-	// report pushed.
-	run       struct{ since, pushed time.Time }
 	gitOK     bool
 	gitErr    string
 	cluster   render.Cluster
@@ -255,11 +252,17 @@ func (a *Agent) Trigger() {
 func (a *Agent) Run(ctx context.Context) error {
 	var err error
 	gctx, cancelGit := context.WithCancel(context.Background())
-	defer cancelGit()
 	a.git, err = newGitWorker(gctx, a)
 	if err != nil {
+		cancelGit()
 		return err
 	}
+	defer func() {
+		cancelGit()
+		<-a.git.done
+	}()
+	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit())
+	defer a.pub.close()
 	defer a.proxies.Close()
 	if local, ok := sync.LocalPath(a.opts.Remote.URL); ok && !a.opts.DisableWatch {
 		if err := sync.Watch(ctx, local, a.log, a.Trigger); err != nil {
@@ -290,8 +293,6 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.pass(ctx)
 				reconcile.Reset(a.opts.Reconcile)
 			}
-		case res := <-a.git.published:
-			a.onPublished(res)
 		case <-reconcile.C:
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
@@ -345,6 +346,10 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		a.refused = nil
 		a.metrics.CommitRefused.Reset()
 		a.log.Info("applied commit", "commit", short(res.commit))
+		if a.leaving() {
+			a.log.Warn("this node is not in the inventory of the applied commit: decommissioning (instances stop, volumes stay)",
+				"commit", short(res.commit))
+		}
 	default:
 		a.refused = &report.Refusal{Commit: res.commit, Reason: reason}
 		a.metrics.CommitRefused.Reset()
@@ -379,10 +384,18 @@ func (a *Agent) admit(res fetchResult) string {
 	if v := m.Cluster.MinAgentVersion; v != "" && versionLess(a.opts.Version, v) {
 		return fmt.Sprintf("minAgentVersion is %s and this agent is %s: upgrade keel on this node", v, a.opts.Version)
 	}
-	if m.Node(a.opts.Node) == nil {
-		return fmt.Sprintf("node %s is not in the inventory of this commit (nodes/%s.yaml)", a.opts.Node, a.opts.Node)
-	}
+	// A commit whose inventory no longer lists this node is applied: it is
+	// this node's decommission (see leaving).
 	return ""
+}
+
+// leaving reports whether the applied commit's inventory no longer lists
+// this node: the node is decommissioned. It stops everything it holds
+// (stateless instances once their replacements run elsewhere, stateful ones
+// at once; volumes stay), drops its VIPs, routes and proxies, and says so in
+// its report, rather than keep serving a stale plan.
+func (a *Agent) leaving() bool {
+	return a.applied != nil && a.applied.model.Node(a.opts.Node) == nil
 }
 
 // accept makes the fetched commit the last good one, durably: its
@@ -401,7 +414,17 @@ func (a *Agent) accept(res fetchResult) error {
 		return err
 	}
 	prev := a.appliedCommit()
+	before := 0
+	if a.applied != nil {
+		before = len(a.applied.model.Instances)
+	}
 	a.applied = &appliedCommit{commit: res.commit, model: res.model}
+	if shrunk(before, len(res.model.Instances)) {
+		// The old model and its plan are garbage now: hand their memory
+		// back to the system rather than keep it in the heap's reserve.
+		a.plan = nil
+		defer debug.FreeOSMemory()
+	}
 	a.cluster = res.model.Cluster
 	a.setReportKeys(res.model)
 	a.reportPrefix.Store(&a.cluster.ReportRefPrefix)
@@ -416,6 +439,12 @@ func (a *Agent) accept(res fetchResult) error {
 		}
 	}
 	return nil
+}
+
+// shrunk reports whether a model of after instances is much smaller than
+// one of before (by 4 times and by more than 1,000 instances).
+func shrunk(before, after int) bool {
+	return before > 1000 && before-after > 1000 && after*4 < before
 }
 
 func (a *Agent) appliedCommit() string {
@@ -462,19 +491,24 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	defer a.health.ready.Store(true)
 	now := a.opts.Now()
-	// While git is unreachable this node cannot learn how the others fare,
-	// nor tell them how it fares: it keeps the plan of its last successful
-	// fetch (the clock stops at that fetch, so nobody looks dead for lack
-	// of news), and only restarts what crashed.
+	// This node knows how the others fare as of its last successful fetch:
+	// it judges them at that time, so that nobody looks dead for lack of
+	// news, whether git is unreachable or a fetch is merely slow (a large
+	// commit takes tens of seconds). While git is unreachable it keeps the
+	// plan of its last successful fetch and only restarts what crashed.
+	// (Its published report is dated now: the publisher keeps it fresh.)
 	planAt := now
-	if !a.gitOK && !a.fetchedAt.IsZero() {
-		planAt = a.fetchedAt
+	switch {
+	case !a.lastFetchOK.IsZero() && a.lastFetchOK.Before(now):
+		planAt = a.lastFetchOK
+	case !a.gitOK && !a.fetchedAt.IsZero():
+		planAt = a.fetchedAt // restarted while git is unreachable
 	}
 	own := a.ownReport(ctx, planAt)
 	reports := append(slices.Clone(a.peers), own)
 	m := a.applied.model
 	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: planAt,
-		PresumeAlive: a.warmingUp(m, now)})
+		PresumeAlive: a.warmingUp(m, planAt)})
 	a.plan = plan
 	a.metrics.Plan.Reset()
 	a.metrics.Plan.WithLabelValues(plan.PlanID).Set(1)
@@ -490,7 +524,8 @@ func (a *Agent) pass(ctx context.Context) {
 		a.log.Debug("cluster suspended: instances are watched, nothing is changed")
 	}
 	start := time.Now()
-	res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports, Frozen: m.Cluster.Suspend})
+	leaving := a.leaving()
+	res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports, Frozen: m.Cluster.Suspend, Leaving: leaving})
 	a.metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		a.metrics.ReconcileErrors.Inc()
@@ -508,6 +543,9 @@ func (a *Agent) pass(ctx context.Context) {
 		a.log.Info("reconciled", "created", res.Created, "restarted", res.Restarted, "replaced", res.Replaced,
 			"stopped", res.Stopped, "removed", res.Removed, "errors", len(res.Errors), "plan", short(plan.PlanID))
 	}
+	if leaving {
+		plan = &planner.Plan{} // no VIPs, routes nor proxies on a node that left
+	}
 	a.network(ctx, m, plan)
 	a.updateInstanceMetrics(m)
 	a.publish(ctx, now)
@@ -522,7 +560,8 @@ func waitingText(w map[string]error) string {
 	return strings.Join(parts, "; ")
 }
 
-// warmingUp returns, during the first livenessTTL after the agent starts,
+// warmingUp returns, during the first livenessTTL after the agent starts
+// (judged at now, the time the plan is made for: the last fetch),
 // the inventory nodes that have not reported at all: they are presumed
 // alive so that an agent starting with (or before) its peers does not take
 // their work for the moment it takes them to report.
@@ -578,12 +617,11 @@ func (a *Agent) network(ctx context.Context, m *render.Model, plan *planner.Plan
 func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	r := report.Report{
 		Node: a.opts.Node, Time: a.reportTime(now), Clock: now.UTC().Truncate(time.Millisecond), AgentVersion: a.opts.Version,
-		Commit: a.appliedCommit(), Refused: a.refused,
+		Commit: a.appliedCommit(), Refused: a.refused, Decommissioned: a.leaving(),
 	}
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID
 	}
-	r.Since = a.runSince(r.Time)
 	if c, err := a.opts.Driver.Capacity(ctx); err == nil {
 		r.Capacity = report.Capacity{CPU: c.CPU, Memory: c.Memory}
 	}
@@ -602,19 +640,7 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	return r
 }
 
-// runSince returns the start of this node's unbroken run of reports for a
-// report dated t: the first report of this agent's life, or the first one
-// after a gap of more than livenessTTL since the last report pushed (peers
-// may have held the node dead meanwhile, so it settles again).
-func (a *Agent) runSince(t time.Time) time.Time {
-	last := cmp.Or(a.run.pushed, a.run.since)
-	if a.run.since.IsZero() || t.Sub(last) > time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL)) {
-		a.run.since = t
-	}
-	return a.run.since
-}
-
-// publish hands the report to the git worker when its content changed or
+// publish hands the report to the publisher when its content changed or
 // the report interval passed; the push never blocks the loop.
 func (a *Agent) publish(ctx context.Context, now time.Time) {
 	r := a.ownReport(ctx, now)
@@ -632,22 +658,20 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	if content == a.lastPublish.content && now.Sub(a.lastPublish.at) < interval {
 		return
 	}
-	a.lastPublish.content, a.lastPublish.at, a.lastPublish.time = content, now, r.Time
-	a.git.publish(r)
+	a.lastPublish.content, a.lastPublish.at = content, now
+	prefix := a.cluster.ReportRefPrefix
+	if prefix == "" {
+		prefix = render.DefaultReportRefPrefix
+	}
+	a.pub.publish(publication{report: r, builtAt: now, prefix: prefix, reportRepo: a.cluster.ReportRepo, interval: interval,
+		ttl: time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL))})
 }
 
-func (a *Agent) onPublished(res publishResult) {
-	if res.err != nil {
-		a.metrics.ReportPushErrors.Inc()
-		a.metrics.SyncErrors.WithLabelValues("publish").Inc()
-		a.lastPublish.content = "" // try again at the next pass
-		a.log.Warn("report push failed; will retry", "err", res.err)
-		return
-	}
-	a.metrics.ReportPushes.Inc()
-	if a.lastPublish.time.After(a.run.pushed) {
-		a.run.pushed = a.lastPublish.time
-	}
+// loopStallLimit is how long the loop may go without a pass before
+// /healthz fails, and before the publisher stops refreshing this node's
+// report: a stuck agent stops looking alive.
+func (a *Agent) loopStallLimit() time.Duration {
+	return 3*a.opts.Reconcile + a.opts.StopGrace + time.Minute
 }
 
 func (a *Agent) updateInstanceMetrics(m *render.Model) {
@@ -656,13 +680,30 @@ func (a *Agent) updateInstanceMetrics(m *render.Model) {
 	for _, s := range report.States {
 		a.metrics.Instances.WithLabelValues(string(s)).Set(0)
 	}
-	for name, st := range a.rec.Instances() {
+	held := a.rec.Instances()
+	for name, st := range held {
 		a.metrics.Instances.WithLabelValues(string(st.State)).Inc()
 		a.metrics.InstanceInfo.WithLabelValues(name, st.Service, string(st.State)).Set(1)
 		if d := st.Restarts - a.restarted[name]; d > 0 {
 			a.metrics.InstanceRestarts.WithLabelValues(name).Add(float64(d))
 		}
 		a.restarted[name] = st.Restarts
+	}
+	a.pruneInstanceMetrics(func(name string) bool { _, ok := held[name]; return ok })
+}
+
+// pruneInstanceMetrics deletes the per-instance series (and the restart
+// counts behind them) of the instances this node no longer holds: a model
+// that shrinks gives its memory back.
+func (a *Agent) pruneInstanceMetrics(holds func(string) bool) {
+	for name := range a.restarted {
+		if !holds(name) {
+			a.metrics.InstanceRestarts.DeleteLabelValues(name)
+			delete(a.restarted, name)
+		}
+	}
+	if len(a.restarted) == 0 {
+		a.restarted = map[string]int{} // a map never shrinks its buckets
 	}
 }
 

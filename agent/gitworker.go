@@ -12,7 +12,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
 	"github.com/keel-dev/keel/sync"
@@ -39,37 +38,40 @@ type fetchResult struct {
 	problems []string
 }
 
-type publishResult struct{ err error }
-
-// gitWorker owns the mirrors: every git operation runs on its goroutine,
-// one at a time, so that fetches and report pushes never race on the
-// repository, and the loop never waits on the network.
+// gitWorker owns the fetch mirrors: every fetch runs on its goroutine, one
+// at a time, and the loop never waits on the network. This node's report
+// is pushed by the publisher, from a repository of its own, so that a slow
+// fetch never holds it back.
 type gitWorker struct {
 	opts    Options
 	log     interface{ Warn(string, ...any) }
 	agent   *Agent
 	fetched chan fetchResult
-	// published carries push outcomes back to the loop.
-	published chan publishResult
 
 	wake chan struct{}
 	mu   gosync.Mutex
-	// Pending work, coalesced: one fetch, and the newest report.
+	// Pending work, coalesced: one fetch.
 	wantFetch bool
-	report    *report.Report
 	cluster   render.Cluster
 	applied   string // the last applied commit, for the rewind check
 	keys      sync.ReportKeys
 	lastKeys  sync.ReportKeys // the keys the last read of reports used
+
+	done chan struct{} // closed when run returns
 }
 
+// newGitWorker starts the worker; it stops when ctx ends, and done is
+// closed once it has.
 func newGitWorker(ctx context.Context, a *Agent) (*gitWorker, error) {
 	w := &gitWorker{
 		opts: a.opts, log: a.log, agent: a,
-		fetched: make(chan fetchResult), published: make(chan publishResult),
-		wake: make(chan struct{}, 1), cluster: a.cluster,
+		fetched: make(chan fetchResult),
+		wake:    make(chan struct{}, 1), cluster: a.cluster, done: make(chan struct{}),
 	}
-	go w.run(ctx)
+	go func() {
+		defer close(w.done)
+		w.run(ctx)
+	}()
 	return w, nil
 }
 
@@ -80,15 +82,6 @@ func (w *gitWorker) fetch() {
 	w.cluster = w.agent.cluster
 	w.applied = w.agent.appliedCommit()
 	w.keys = w.agent.reportKeys
-	w.mu.Unlock()
-	w.poke()
-}
-
-// publish asks for r to be pushed; a newer report replaces one not yet sent.
-func (w *gitWorker) publish(r report.Report) {
-	w.mu.Lock()
-	w.report = &r
-	w.cluster = w.agent.cluster
 	w.mu.Unlock()
 	w.poke()
 }
@@ -119,8 +112,8 @@ func (w *gitWorker) run(ctx context.Context) {
 		case <-w.wake:
 		}
 		w.mu.Lock()
-		doFetch, rep, cluster, applied, keys := w.wantFetch, w.report, w.cluster, w.applied, w.keys
-		w.wantFetch, w.report = false, nil
+		doFetch, cluster, applied, keys := w.wantFetch, w.cluster, w.applied, w.keys
+		w.wantFetch = false
 		w.mu.Unlock()
 		prefix := cluster.ReportRefPrefix
 		if prefix == "" {
@@ -135,11 +128,6 @@ func (w *gitWorker) run(ctx context.Context) {
 			reports, reportRepo = nil, cluster.ReportRepo
 		}
 
-		if rep != nil {
-			nodeexec.CrashPoint(nodeexec.CrashBeforeReportPush)
-			err := w.push(ctx, &spec, &reports, reportRepo, prefix, *rep)
-			w.send(ctx, func() { w.published <- publishResult{err: err} })
-		}
 		if !doFetch {
 			continue
 		}
@@ -149,7 +137,11 @@ func (w *gitWorker) run(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		res := w.fetchOnce(ctx, &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys)
+		// A fetch under way is finished (bounded by its timeout) rather
+		// than cancelled at shutdown: go-git cannot always abandon a fetch
+		// from a local repository (it kills git-upload-pack, then waits for
+		// its children, which wait for it).
+		res := w.fetchOnce(context.WithoutCancel(ctx), &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys)
 		res.took = time.Since(start)
 		if res.err != nil {
 			notBefore = time.Now().Add(retry.NextBackOff())
@@ -158,7 +150,11 @@ func (w *gitWorker) run(ctx context.Context) {
 			notBefore = time.Time{}
 			first = false
 		}
-		w.send(ctx, func() { w.fetched <- res })
+		select {
+		case w.fetched <- res:
+		case <-ctx.Done():
+			return
+		}
 		if spec != nil && spec.NeedsCompaction() {
 			cctx, cancel := context.WithTimeout(ctx, 2*w.opts.GitTimeout)
 			if err := spec.Compact(cctx); err != nil {
@@ -174,16 +170,6 @@ func (w *gitWorker) fetchLater() {
 	w.wantFetch = true
 	w.mu.Unlock()
 	w.poke()
-}
-
-// send delivers a result to the loop unless the agent is stopping.
-func (w *gitWorker) send(ctx context.Context, f func()) {
-	done := make(chan struct{})
-	go func() { f(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
 }
 
 func (w *gitWorker) open(ctx context.Context, m **sync.Mirror, dir string, remote sync.Remote, prefix string) error {
@@ -305,31 +291,6 @@ func sameReports(a, b sync.Refs) bool {
 		}
 	}
 	return true
-}
-
-func (w *gitWorker) push(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, r report.Report) error {
-	ctx, cancel := context.WithTimeout(ctx, w.opts.GitTimeout)
-	defer cancel()
-	target := spec
-	remote := w.opts.Remote
-	dir := "repo"
-	if reportRepo != "" {
-		target, dir = reports, "reports"
-		remote.URL, remote.Branch = reportRepo, ""
-	}
-	if err := w.open(ctx, target, dir, remote, prefix); err != nil {
-		return err
-	}
-	data := r.Marshal()
-	var sig []byte
-	if w.opts.ReportSigner != nil {
-		var err error
-		if sig, err = sync.SignReport(data, w.opts.ReportSigner); err != nil {
-			return fmt.Errorf("sign the report: %w", err)
-		}
-	}
-	_, err := (*target).PublishSigned(ctx, w.opts.Node, data, sig, r.Time)
-	return err
 }
 
 func sameKeys(a, b sync.ReportKeys) bool {

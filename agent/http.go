@@ -21,7 +21,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{Registry: a.opts.Registry}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		last := time.Unix(0, a.health.lastPass.Load())
-		if time.Since(last) > 3*a.opts.Reconcile+a.opts.StopGrace+time.Minute {
+		if time.Since(last) > a.loopStallLimit() {
 			http.Error(w, "the agent loop has not run since "+last.Format(time.RFC3339), http.StatusServiceUnavailable)
 			return
 		}

@@ -48,6 +48,10 @@ type Desired struct {
 	// still observed and recorded, but nothing is started, stopped or
 	// changed.
 	Frozen bool
+	// Leaving (the node is no longer in the inventory) releases every
+	// instance, including those that can be placed nowhere else: a node
+	// leaving the cluster never keeps anything running.
+	Leaving bool
 }
 
 // Result sums up a pass.
@@ -425,6 +429,8 @@ func (r *Reconciler) release(ctx context.Context, d Desired, name string, elsewh
 	switch {
 	case inst == nil:
 		// Deleted from the specs: stop it and remove its root; volumes stay.
+	case !placed && d.Leaving:
+		// The node leaves: stop it even though it can run nowhere else.
 	case !placed:
 		// Unschedulable anywhere: keep what runs rather than nothing.
 		return nil
@@ -457,6 +463,8 @@ func releaseReason(inst *render.Instance, placed bool, pl planner.Placement) str
 	switch {
 	case inst == nil:
 		return "deleted from the specs"
+	case !placed:
+		return "this node left the inventory"
 	case inst.Stateful:
 		return "stateful, moved to " + pl.Node
 	default:

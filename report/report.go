@@ -58,16 +58,20 @@ type Report struct {
 	// Peers hold a node whose run is shorter than the settle period as
 	// settling (planner.SettlePeriod). Never after Time; zero in reports
 	// of older agents.
-	Since        time.Time     `yaml:"since,omitempty" json:"since,omitzero"`
-	AgentVersion string        `yaml:"agentVersion" json:"agentVersion"`
-	Commit       string        `yaml:"commit" json:"commit"`
-	PlanID       string        `yaml:"planID" json:"planID"`
-	Refused      *Refusal      `yaml:"refused,omitempty" json:"refused,omitempty"`
-	Capacity     Capacity      `yaml:"capacity" json:"capacity"`
-	Instances    []Instance    `yaml:"instances" json:"instances"`
-	Volumes      []Volume      `yaml:"volumes" json:"volumes"`
-	Services     []Service     `yaml:"services,omitempty" json:"services,omitempty"`
-	Certificates []Certificate `yaml:"certificates" json:"certificates"`
+	Since        time.Time `yaml:"since,omitempty" json:"since,omitzero"`
+	AgentVersion string    `yaml:"agentVersion" json:"agentVersion"`
+	Commit       string    `yaml:"commit" json:"commit"`
+	PlanID       string    `yaml:"planID" json:"planID"`
+	Refused      *Refusal  `yaml:"refused,omitempty" json:"refused,omitempty"`
+	// Decommissioned says that the node's applied commit no longer lists
+	// it in the inventory: it is leaving, stops what it holds (its
+	// volumes stay) and runs nothing new.
+	Decommissioned bool          `yaml:"decommissioned,omitempty" json:"decommissioned,omitempty"`
+	Capacity       Capacity      `yaml:"capacity" json:"capacity"`
+	Instances      []Instance    `yaml:"instances" json:"instances"`
+	Volumes        []Volume      `yaml:"volumes" json:"volumes"`
+	Services       []Service     `yaml:"services,omitempty" json:"services,omitempty"`
+	Certificates   []Certificate `yaml:"certificates" json:"certificates"`
 }
 
 // Refusal says that the node did not apply the newest commit, and why.

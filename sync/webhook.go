@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	gosync "sync"
+	"time"
 )
 
 // MaxWebhookBody is the largest webhook body accepted; larger ones are
@@ -30,6 +32,41 @@ type WebhookConfig struct {
 	// Trigger asks for a fetch now; it must not block.
 	Trigger func()
 	Logger  *slog.Logger
+	// RefusedLogEvery is the least time between two log lines about
+	// refused (unauthenticated) requests: anyone who can reach the port
+	// can send them, so each interval logs one WARN with the number of
+	// refusals it left out (default DefaultRefusedLogEvery).
+	RefusedLogEvery time.Duration
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// DefaultRefusedLogEvery is the default WebhookConfig.RefusedLogEvery.
+const DefaultRefusedLogEvery = time.Minute
+
+// refusalLog logs refused requests at most once per interval.
+type refusalLog struct {
+	every time.Duration
+	now   func() time.Time
+	log   *slog.Logger
+
+	mu         gosync.Mutex
+	last       time.Time // when the last line was logged
+	suppressed int       // refusals since, not logged
+}
+
+func (l *refusalLog) refused(remote string) {
+	l.mu.Lock()
+	now := l.now()
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	l.mu.Unlock()
+	l.log.Warn("webhook refused: bad or missing signature", "remote", remote, "suppressed", n, "interval", l.every)
 }
 
 // Forge styles of webhook authentication.
@@ -42,13 +79,20 @@ const (
 
 // WebhookHandler returns the handler of push webhooks. It checks the
 // signature (or token) in constant time before looking at the body, refuses
-// bodies over 1 MiB, answers 401 to anything it cannot authenticate, and
+// bodies over 1 MiB, answers 401 (logged at most once per RefusedLogEvery) to anything it cannot authenticate, and
 // triggers a fetch only for a push to the spec branch (or an event that
 // names no ref): pushes of report refs trigger nothing.
 func WebhookHandler(cfg WebhookConfig) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.RefusedLogEvery <= 0 {
+		cfg.RefusedLogEvery = DefaultRefusedLogEvery
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	refusals := &refusalLog{every: cfg.RefusedLogEvery, now: cfg.Now, log: cfg.Logger}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
@@ -71,7 +115,7 @@ func WebhookHandler(cfg WebhookConfig) http.Handler {
 		}
 		forge, ok := Authenticate(r.Header, body, cfg.Secret)
 		if !ok {
-			cfg.Logger.Warn("webhook refused: bad or missing signature", "remote", r.RemoteAddr)
+			refusals.refused(r.RemoteAddr)
 			http.Error(w, "bad or missing signature", http.StatusUnauthorized)
 			return
 		}

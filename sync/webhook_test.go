@@ -4,11 +4,15 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	gosync "sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/keel-dev/keel/sync"
 )
@@ -109,4 +113,57 @@ func FuzzAuthenticate(f *testing.F) {
 			t.Fatalf("accepted a wrong signature %q", sig)
 		}
 	})
+}
+
+// TestWebhookRefusalLogLimited: anyone who reaches the port can send bad
+// signatures; they must not flood the log (one WARN per interval, with the
+// number left out).
+func TestWebhookRefusalLogLimited(t *testing.T) {
+	var buf strings.Builder
+	var mu gosync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	now := time.Unix(1_700_000_000, 0)
+	var clock gosync.Mutex
+	h := sync.WebhookHandler(sync.WebhookConfig{Secret: []byte(hookSecret), Branch: "main", Trigger: func() {},
+		Logger: logger, RefusedLogEvery: time.Minute,
+		Now: func() time.Time { clock.Lock(); defer clock.Unlock(); return now }})
+	refuse := func(n int) {
+		for range n {
+			req := httptest.NewRequest("POST", "/hook", strings.NewReader(`{"ref":"refs/heads/main"}`))
+			req.Header.Set("X-Hub-Signature-256", "sha256=00")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != 401 {
+				t.Fatalf("status %d, want 401", rec.Code)
+			}
+		}
+	}
+	lines := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Split(strings.TrimSpace(buf.String()), "\n")
+	}
+	refuse(1000)
+	if l := lines(); len(l) != 1 || !strings.Contains(l[0], "level=WARN") || !strings.Contains(l[0], "suppressed=0") {
+		t.Fatalf("1000 refusals in one interval logged %d lines, want 1:\n%s", len(l), strings.Join(l, "\n"))
+	}
+	clock.Lock()
+	now = now.Add(time.Minute)
+	clock.Unlock()
+	refuse(1)
+	l := lines()
+	if len(l) != 2 || !strings.Contains(l[1], "suppressed=999") {
+		t.Fatalf("after the interval, want a second line counting 999 left out:\n%s", strings.Join(l, "\n"))
+	}
+}
+
+type lockedWriter struct {
+	mu *gosync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
