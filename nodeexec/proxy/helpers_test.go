@@ -270,10 +270,11 @@ func refused(s Service) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// waitFor polls cond until it holds, failing t after a few seconds.
+// waitFor polls cond until it holds, failing t after half a minute (a
+// generous deadline: the machine may be busy).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
