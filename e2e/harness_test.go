@@ -571,9 +571,13 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // metric reads one sample of node's /metrics: the line that starts with
 // series (a name, with its labels if any).
 func (c *cluster) metric(node, series string) (float64, error) {
+	addr, err := c.MetricsAddr(c.ctx, node)
+	if err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+c.Metrics[node]+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
