@@ -652,3 +652,19 @@ func (c *cluster) waitEndpoints(service string, port int) {
 		return true, ""
 	})
 }
+
+// logContains reports whether node's agent log contains s, and the line.
+func (c *cluster) logContains(node, s string) (bool, string) {
+	b, err := os.ReadFile(filepath.Join(c.StateDir(node), "agent.log"))
+	if err != nil {
+		return false, ""
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.Contains(line, s) {
+			return true, line
+		}
+	}
+	return false, ""
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -50,6 +50,9 @@ type Options struct {
 	// AgentArgs are extra flags for every agent; NodeArgs for one.
 	AgentArgs []string
 	NodeArgs  map[string][]string
+	// FDLimit, when set, is every agent's RLIMIT_NOFILE (soft and hard),
+	// set by sh's ulimit before the agent is executed.
+	FDLimit int
 	// RepoURL is what the agents pull and push reports to; the bare
 	// repository's path when empty. Set it to serve the repository over
 	// HTTP (git http-backend), say.
@@ -241,6 +244,10 @@ func (c *Cluster) Start(node string, env ...string) error {
 		"--poll", c.Poll.String(), "--metrics-listen", "127.0.0.1:0", "--reconcile-interval", "1s", "--stop-grace", "3s"}, c.AgentArgs...)
 	args = append(args, c.NodeArgs[node]...)
 	cmd := exec.Command(c.Keel, args...)
+	if c.FDLimit > 0 {
+		// The same process: sh executes the agent in its place.
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, c.FDLimit), c.Keel}, args...)...)
+	}
 	logf, err := os.OpenFile(filepath.Join(state, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
