@@ -84,10 +84,11 @@ func TestMetricsPortFlood(t *testing.T) {
 	t.Logf("the flood holds %d connections (the agent's descriptor limit is %d)", held, fdLimit)
 
 	// Reconcile: a killed instance is restarted.
-	before := c.procsByInstance()["web-0"]
-	if len(before) != 1 {
-		t.Fatalf("web-0 has processes %v", before)
-	}
+	var before []placement
+	c.waitFor("web-0 runs as one process", func() (bool, string) {
+		before = c.procsByInstance()["web-0"]
+		return len(before) == 1, "web-0 runs as " + placementsString(before)
+	})
 	if err := syscall.Kill(before[0].PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"github.com/go-git/go-git/v5"
 
 	"github.com/keel-dev/keel/agent"
+	"github.com/keel-dev/keel/internal/loopnet"
 	"github.com/keel-dev/keel/localcluster"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
@@ -106,19 +105,17 @@ const (
 	poll           = time.Second
 )
 
-// nextSubnets numbers the clusters this process makes, so that clusters
-// running side by side get distinct /16 pairs (localcluster's own random
-// choice may pick overlapping ones for two of many clusters).
-var (
-	nextSubnets atomic.Int64
-	firstSubnet = rand.IntN(100)
-)
-
 // subnets returns a pod and a service /16 of 127.0.0.0/8 that no other
-// cluster of this process uses.
-func subnets() (pod, service netip.Prefix) {
-	a := 20 + 2*((firstSubnet+int(nextSubnets.Add(1)))%100)
-	return netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/16", a)), netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/16", a+1))
+// cluster uses, of this process or of any other test process (a file lock
+// holds them until the test ends).
+func subnets(t testing.TB) (pod, service netip.Prefix) {
+	t.Helper()
+	p, err := loopnet.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Release)
+	return p.A, p.B
 }
 
 // cluster is a local cluster under test, with the context that bounds the
@@ -143,7 +140,7 @@ func newCluster(t testing.TB, timeout time.Duration, opts localcluster.Options) 
 	}
 	opts.Keel = keelBin
 	if !opts.PodCIDR.IsValid() {
-		opts.PodCIDR, opts.ServiceCIDR = subnets()
+		opts.PodCIDR, opts.ServiceCIDR = subnets(t)
 	}
 	if opts.LivenessTTL == 0 {
 		opts.LivenessTTL = ttl

@@ -62,8 +62,8 @@ type Options struct {
 // Cluster is a running local cluster.
 type Cluster struct {
 	Options
-	Bare string // the repository the agents pull, as a path
-	Work string // a work tree to commit from
+	Bare   string // the repository the agents pull, as a path
+	Work   string // a work tree to commit from
 	agents map[string]*agentProc
 }
 
