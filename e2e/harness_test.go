@@ -75,6 +75,11 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	// Measured after the build, which would count as contention.
+	var why string
+	slowdown, why = measureSlowdown()
+	ttl, reportInterval = scaled(ttl), scaled(reportInterval)
+	fmt.Fprintf(os.Stderr, "e2e: slowdown %.2f (%s): livenessTTL %s, reportInterval %s, deadlines ×%.2f\n", slowdown, why, ttl, reportInterval, slowdown)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -98,12 +103,16 @@ func build(out string, race bool) error {
 	return nil
 }
 
-// Short cluster settings, so that a dead node's work moves within seconds.
-const (
+// Short cluster settings, so that a dead node's work moves within seconds,
+// on an idle machine; TestMain scales ttl and reportInterval by the
+// slowdown it measures, so that a busy machine's late reports are not
+// taken for deaths.
+var (
 	ttl            = 6 * time.Second
 	reportInterval = 2 * time.Second
-	poll           = time.Second
 )
+
+const poll = time.Second
 
 // subnets returns a pod and a service /16 of 127.0.0.0/8 that no other
 // cluster uses, of this process or of any other test process (a file lock
@@ -161,7 +170,7 @@ func newCluster(t testing.TB, timeout time.Duration, opts localcluster.Options) 
 			c.dumpLogs()
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), scaled(timeout))
 	t.Cleanup(cancel)
 	c.ctx = ctx
 	for _, n := range lc.Nodes {
