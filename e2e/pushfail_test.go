@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	gosync "sync"
 	"testing"
 	"time"
 
@@ -66,7 +67,10 @@ func TestReportPushFailure(t *testing.T) {
 	muteAt := time.Now()
 	stop := make(chan struct{})
 	done := make(chan string)
-	go func() { done <- c.watchMakeBeforeBreak(mute, others, muted, placed, stop) }()
+	// What the wait below sees counts as seen by the watcher too: on a busy
+	// machine the watcher's own samples may miss the moment.
+	var seen gosync.Map
+	go func() { done <- c.watchMakeBeforeBreak(mute, others, muted, placed, &seen, stop) }()
 
 	c.waitFor("the others run "+strings.Join(muted, ", "), func() (bool, string) {
 		sts, err := c.statuses()
@@ -78,6 +82,7 @@ func TestReportPushFailure(t *testing.T) {
 			for _, n := range others {
 				if ri := reported(sts[n], name); ri != nil && ri.State == report.StateRunning {
 					ok = true
+					seen.Store(name, true)
 				}
 			}
 			if !ok {
@@ -109,7 +114,7 @@ func TestReportPushFailure(t *testing.T) {
 // watchMakeBeforeBreak samples, until stop closes, the statuses of the
 // other nodes and then the processes of node: it returns a problem when one
 // of node's instances stopped before another node had reported it running.
-func (c *cluster) watchMakeBeforeBreak(node string, others, instances []string, was map[string]placement, stop <-chan struct{}) string {
+func (c *cluster) watchMakeBeforeBreak(node string, others, instances []string, was map[string]placement, seen *gosync.Map, stop <-chan struct{}) string {
 	ownedElsewhere := map[string]bool{}
 	var problems []string
 	stopped := map[string]bool{}
@@ -131,6 +136,11 @@ func (c *cluster) watchMakeBeforeBreak(node string, others, instances []string, 
 				if ri := reported(st, name); ri != nil && ri.State == report.StateRunning {
 					ownedElsewhere[name] = true
 				}
+			}
+		}
+		for _, name := range instances {
+			if _, ok := seen.Load(name); ok {
+				ownedElsewhere[name] = true
 			}
 		}
 		for _, name := range instances {
