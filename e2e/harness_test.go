@@ -474,7 +474,7 @@ func (c *cluster) checkOneEach(m *render.Model) map[string]placement {
 
 // httpGet GETs http://addr:port/ and returns the body.
 func httpGet(ctx context.Context, addr netip.Addr, port int) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, scaled(3*time.Second))
 	defer cancel()
 	u := "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(port)) + "/"
 	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
@@ -581,7 +581,7 @@ func (c *cluster) metric(node, series string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, scaled(5*time.Second))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/metrics", nil)
 	if err != nil {
