@@ -78,7 +78,10 @@ func TestMain(m *testing.M) {
 	// Measured after the build, which would count as contention.
 	var why string
 	slowdown, why = measureSlowdown()
-	ttl, reportInterval = scaled(ttl), scaled(reportInterval)
+	// A whole multiple of three seconds, so that reportInterval is exactly
+	// a third of it (the most render accepts).
+	ttl = (scaled(ttl) + 3*time.Second - 1).Truncate(3 * time.Second)
+	reportInterval = ttl / 3
 	fmt.Fprintf(os.Stderr, "e2e: slowdown %.2f (%s): livenessTTL %s, reportInterval %s, deadlines ×%.2f\n", slowdown, why, ttl, reportInterval, slowdown)
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -224,6 +227,11 @@ func (c *cluster) commit(msg string, files map[string]string) string {
 // converge waits until the cluster runs the tip, each instance once.
 func (c *cluster) converge(what string) {
 	c.t.Helper()
+	// Specs that do not render never converge: say so now, not at the
+	// deadline.
+	if _, err := c.Model(); err != nil {
+		c.t.Fatalf("%s: the specs committed do not render: %v", what, err)
+	}
 	start := time.Now()
 	if err := c.WaitConverged(c.ctx); err != nil {
 		c.t.Fatalf("%s: not converged: %v", what, err)
