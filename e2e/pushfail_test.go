@@ -148,10 +148,49 @@ func (c *cluster) watchMakeBeforeBreak(node string, others, instances []string, 
 				continue
 			}
 			stopped[name] = true
-			if !ownedElsewhere[name] {
+			if !ownedElsewhere[name] && !c.startedBeforeRemoved(name, node, others) {
 				problems = append(problems, fmt.Sprintf("%s stopped %s (pid %d) before any other node reported it running", node, name, was[name].PID))
 			}
 		}
 		time.Sleep(20 * time.Millisecond) // a sampling period
 	}
+}
+
+// startedBeforeRemoved reports whether one of others' agent logs says it
+// started instance before node's log says it removed it: the evidence of
+// make-before-break when the samples of the statuses missed the moment (on
+// a busy machine, a poll may take longer than the moment lasts). The logs
+// are written by processes of this machine, on one clock.
+func (c *cluster) startedBeforeRemoved(instance, node string, others []string) bool {
+	removed, ok := c.logTime(node, `msg="removed instance" instance=`+instance+" ")
+	if !ok {
+		return false
+	}
+	for _, n := range others {
+		if started, ok := c.logTime(n, `msg="started instance" instance=`+instance+" "); ok && started.Before(removed) {
+			return true
+		}
+	}
+	return false
+}
+
+// logTime returns the time of the last line of node's agent log that
+// contains s.
+func (c *cluster) logTime(node, s string) (time.Time, bool) {
+	b, err := os.ReadFile(filepath.Join(c.StateDir(node), "agent.log"))
+	if err != nil {
+		return time.Time{}, false
+	}
+	var at time.Time
+	found := false
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.Contains(line, s) {
+			continue
+		}
+		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+			at, found = t, true
+		}
+	}
+	return at, found
 }
