@@ -18,8 +18,10 @@ build:
 
 ## test: the unit, golden and end-to-end tests under the race detector, then
 ## a short run of each fuzz target.
+# The timeout leaves room for a busy machine: the end-to-end tests stretch
+# their deadlines by the CPU contention they measure.
 test:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz
 
 fuzz:

@@ -64,6 +64,9 @@ type Options struct {
 	// ReportSigner signs this node's reports (its nodes/<name>.yaml lists
 	// the public half as reportKey).
 	ReportSigner ssh.Signer
+	// ProxyLimits bound the service proxies' clients (zero fields: the
+	// defaults).
+	ProxyLimits proxy.Limits
 }
 
 // Trust is the node-local configuration of commit verification.
@@ -187,7 +190,7 @@ func New(opts Options) (*Agent, error) {
 		log:       opts.Logger.With("node", opts.Node),
 		metrics:   NewMetrics(opts.Registry),
 		rec:       rec,
-		proxies:   proxy.New(proxy.Options{Logger: opts.Logger, Metrics: proxy.NewMetrics(opts.Registry)}),
+		proxies:   proxy.New(proxy.Options{Logger: opts.Logger, Metrics: proxy.NewMetrics(opts.Registry), Limits: opts.ProxyLimits}),
 		requests:  make(chan request),
 		trigger:   make(chan struct{}, 1),
 		restarted: map[string]int{},

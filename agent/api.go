@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/keel-dev/keel/internal/netlimit"
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
@@ -141,12 +142,12 @@ func (a *Agent) ServeSocket(ctx context.Context, path string) error {
 	mux.HandleFunc("DELETE /v1/volumes/{name}", func(w http.ResponseWriter, r *http.Request) {
 		call(w, r, request{kind: "delete-volume", name: r.PathValue("name")})
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := SocketLimits.Server(mux)
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	err = srv.Serve(l)
+	err = srv.Serve(netlimit.Listener(l, SocketLimits.MaxConns))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -17,9 +17,11 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/agent"
+	"github.com/keel-dev/keel/internal/netlimit"
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/fake"
 	"github.com/keel-dev/keel/nodeexec/process"
+	"github.com/keel-dev/keel/nodeexec/proxy"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/sync"
 )
@@ -66,6 +68,13 @@ stops the agent cleanly. See docs/agent.md.`,
 	allowRewind := f.Bool("allow-rewind", false, "with --verify-signatures, also accept a tip that does not descend from the last applied commit")
 	webhookListen := f.String("webhook-listen", "", "serve push webhooks (POST /hook) on this address, so that a push is fetched at once")
 	webhookSecret := f.String("webhook-secret-file", "", "file holding the webhook secret (required with --webhook-listen)")
+	metricsMaxConns := f.Int("metrics-max-conns", netlimit.DefaultMaxConns, "connections the metrics listener holds open at once; further clients wait")
+	webhookMaxConns := f.Int("webhook-max-conns", netlimit.DefaultMaxConns, "connections the webhook listener holds open at once; further clients wait")
+	headerTimeout := f.Duration("http-header-timeout", netlimit.DefaultHeaderTimeout, "how long the metrics and webhook listeners wait for a request's headers")
+	idleTimeout := f.Duration("http-idle-timeout", netlimit.DefaultIdleTimeout, "how long the metrics and webhook listeners keep an idle keep-alive connection")
+	proxyPerService := f.Int("proxy-max-conns-per-service", proxy.DefaultMaxConnsPerService, "client connections one service proxy holds open at once; further clients wait")
+	proxyMax := f.Int("proxy-max-conns", proxy.DefaultMaxConns, "client connections all service proxies hold open at once; further clients are reset")
+	proxyIdle := f.Duration("proxy-idle-timeout", proxy.DefaultIdleTimeout, "close a proxied connection on which neither side sent anything for this long")
 	for _, name := range []string{"repo", "node", "state-dir"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -77,11 +86,35 @@ stops the agent cleanly. See docs/agent.md.`,
 		if err != nil {
 			return err
 		}
+		metricsLim := netlimit.HTTP{MaxConns: *metricsMaxConns, HeaderTimeout: *headerTimeout, IdleTimeout: *idleTimeout}
+		webhookLim := netlimit.HTTP{MaxConns: *webhookMaxConns, HeaderTimeout: *headerTimeout, IdleTimeout: *idleTimeout}
+		proxyLim := proxy.Limits{MaxConnsPerService: *proxyPerService, MaxConns: *proxyMax, IdleTimeout: *proxyIdle}
+		if err := checkLimits(metricsLim, webhookLim, proxyLim); err != nil {
+			return err
+		}
+		// Clients of the listeners may never take the descriptors the
+		// reconciler, git and the instances need.
+		budget := netlimit.Budget{Reserve: fdReserve}
+		budget.Add("local API", agent.SocketLimits.MaxConns)
+		if *metrics != "" {
+			budget.Add("--metrics-max-conns", metricsLim.MaxConns)
+		}
+		if *webhookListen != "" {
+			budget.Add("--webhook-max-conns", webhookLim.MaxConns)
+		}
+		budget.Add("2 × --proxy-max-conns", proxyLim.FDs())
+		fdLimit, err := budget.Fit()
+		if err != nil {
+			return err
+		}
 		abs, err := filepath.Abs(*stateDir)
 		if err != nil {
 			return err
 		}
 		if err := os.MkdirAll(abs, 0o700); err != nil {
+			return err
+		}
+		if err := agent.ClearListenFiles(abs); err != nil {
 			return err
 		}
 		driver, err := newDriver(*driverName, abs, logger)
@@ -118,12 +151,20 @@ stops the agent cleanly. See docs/agent.md.`,
 			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
 			Remote: remote,
 			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch, Trust: trust, ReportSigner: reportSigner,
+			ProxyLimits: proxyLim,
 		})
 		if err != nil {
 			return err
 		}
 		ctx, cancel := context.WithCancel(e.ctx)
-		defer cancel()
+		// The listeners end with ctx; wait for their servers to return.
+		var servers []<-chan error
+		defer func() {
+			cancel()
+			for _, done := range servers {
+				<-done
+			}
+		}()
 		sock := *socket
 		if sock == "" {
 			sock = filepath.Join(abs, "keel.sock")
@@ -145,38 +186,77 @@ stops the agent cleanly. See docs/agent.md.`,
 			if len(secret) < 16 {
 				return errors.New("--webhook-secret-file: the secret must be at least 16 characters")
 			}
-			l, err := net.Listen("tcp", *webhookListen)
-			if err != nil {
-				return fmt.Errorf("--webhook-listen: %w", err)
-			}
 			mux := http.NewServeMux()
 			mux.Handle("/hook", sync.WebhookHandler(sync.WebhookConfig{
 				Secret: secret, Branch: *branch, ReportPrefix: a.ReportPrefix, Trigger: a.Trigger, Logger: logger,
 			}))
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}
-			go func() { _ = srv.Serve(l) }()
-			go func() {
-				<-ctx.Done()
-				_ = srv.Close()
-			}()
-			logger.Info("webhooks", "listen", l.Addr().String(), "path", "/hook")
+			done, err := serveLimited(ctx, abs, "webhook", *webhookListen, webhookLim, mux, logger)
+			if err != nil {
+				return err
+			}
+			servers = append(servers, done)
 		}
 		if *metrics != "" {
-			l, err := net.Listen("tcp", *metrics)
+			done, err := serveLimited(ctx, abs, "metrics", *metrics, metricsLim, a.Handler(), logger)
 			if err != nil {
-				return fmt.Errorf("--metrics-listen: %w", err)
+				return err
 			}
-			srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
-			go func() { _ = srv.Serve(l) }()
-			go func() {
-				<-ctx.Done()
-				_ = srv.Close()
-			}()
-			logger.Info("metrics", "listen", l.Addr().String())
+			servers = append(servers, done)
 		}
+		logger.Info("file descriptors", "limit", fdLimit, "budget", budget.Total())
 		return a.Run(ctx)
 	}
 	return cmd
+}
+
+// fdReserve is how many file descriptors the listeners' clients can never
+// take: the reconciler's, git's and the instances' own.
+const fdReserve = 256
+
+func checkLimits(metrics, webhook netlimit.HTTP, p proxy.Limits) error {
+	if err := metrics.Check(); err != nil {
+		return fmt.Errorf("--metrics-max-conns, --http-header-timeout, --http-idle-timeout: %w", err)
+	}
+	if err := webhook.Check(); err != nil {
+		return fmt.Errorf("--webhook-max-conns: %w", err)
+	}
+	switch {
+	case p.MaxConnsPerService <= 0:
+		return errors.New("--proxy-max-conns-per-service must be positive")
+	case p.MaxConns <= 0:
+		return errors.New("--proxy-max-conns must be positive")
+	case p.IdleTimeout <= 0:
+		return errors.New("--proxy-idle-timeout must be positive")
+	}
+	return nil
+}
+
+// serveLimited binds addr (port 0 picks a free port), records the address
+// bound in <state>/listen/<name>, and serves handler there within lim until
+// ctx ends; the channel it returns is closed once the server has stopped.
+func serveLimited(ctx context.Context, stateDir, name, addr string, lim netlimit.HTTP, handler http.Handler, logger *slog.Logger) (<-chan error, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--%s-listen: %w", name, err)
+	}
+	if err := agent.WriteListenFile(stateDir, name, l.Addr().String()); err != nil {
+		l.Close()
+		return nil, err
+	}
+	srv, served := lim.Serve(l, handler)
+	done := make(chan error)
+	go func() {
+		defer close(done)
+		select {
+		case <-ctx.Done():
+			_ = srv.Close()
+			<-served
+		case err := <-served:
+			logger.Error(name+" listener stopped", "err", err)
+		}
+	}()
+	logger.Info(name, "listen", l.Addr().String(), "max_conns", lim.MaxConns)
+	return done, nil
 }
 
 func newDriver(name, stateDir string, logger *slog.Logger) (nodeexec.Driver, error) {

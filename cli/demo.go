@@ -149,7 +149,12 @@ func (e *env) printDemo(c *localcluster.Cluster) {
 	}
 	fmt.Fprintln(e.stdout, "\nMetrics:")
 	for _, n := range c.Nodes {
-		fmt.Fprintf(e.stdout, "  %s  http://%s/metrics\n", n, c.Metrics[n])
+		addr, err := c.MetricsAddr(ctx, n)
+		if err != nil {
+			fmt.Fprintf(e.stdout, "  %s  %v\n", n, err)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "  %s  http://%s/metrics\n", n, addr)
 	}
 	fmt.Fprintf(e.stdout, `
 Deploy a change with git push, from the demo's work tree:

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"github.com/go-git/go-git/v5"
 
 	"github.com/keel-dev/keel/agent"
+	"github.com/keel-dev/keel/internal/loopnet"
 	"github.com/keel-dev/keel/localcluster"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
@@ -76,6 +75,14 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	// Measured after the build, which would count as contention.
+	var why string
+	slowdown, why = measureSlowdown()
+	// A whole multiple of three seconds, so that reportInterval is exactly
+	// a third of it (the most render accepts).
+	ttl = (scaled(ttl) + 3*time.Second - 1).Truncate(3 * time.Second)
+	reportInterval = ttl / 3
+	fmt.Fprintf(os.Stderr, "e2e: slowdown %.2f (%s): livenessTTL %s, reportInterval %s, deadlines ×%.2f\n", slowdown, why, ttl, reportInterval, slowdown)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -99,26 +106,28 @@ func build(out string, race bool) error {
 	return nil
 }
 
-// Short cluster settings, so that a dead node's work moves within seconds.
-const (
+// Short cluster settings, so that a dead node's work moves within seconds,
+// on an idle machine; TestMain scales ttl and reportInterval by the
+// slowdown it measures, so that a busy machine's late reports are not
+// taken for deaths.
+var (
 	ttl            = 6 * time.Second
 	reportInterval = 2 * time.Second
-	poll           = time.Second
 )
 
-// nextSubnets numbers the clusters this process makes, so that clusters
-// running side by side get distinct /16 pairs (localcluster's own random
-// choice may pick overlapping ones for two of many clusters).
-var (
-	nextSubnets atomic.Int64
-	firstSubnet = rand.IntN(100)
-)
+const poll = time.Second
 
 // subnets returns a pod and a service /16 of 127.0.0.0/8 that no other
-// cluster of this process uses.
-func subnets() (pod, service netip.Prefix) {
-	a := 20 + 2*((firstSubnet+int(nextSubnets.Add(1)))%100)
-	return netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/16", a)), netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/16", a+1))
+// cluster uses, of this process or of any other test process (a file lock
+// holds them until the test ends).
+func subnets(t testing.TB) (pod, service netip.Prefix) {
+	t.Helper()
+	p, err := loopnet.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Release)
+	return p.A, p.B
 }
 
 // cluster is a local cluster under test, with the context that bounds the
@@ -143,7 +152,7 @@ func newCluster(t testing.TB, timeout time.Duration, opts localcluster.Options) 
 	}
 	opts.Keel = keelBin
 	if !opts.PodCIDR.IsValid() {
-		opts.PodCIDR, opts.ServiceCIDR = subnets()
+		opts.PodCIDR, opts.ServiceCIDR = subnets(t)
 	}
 	if opts.LivenessTTL == 0 {
 		opts.LivenessTTL = ttl
@@ -164,7 +173,7 @@ func newCluster(t testing.TB, timeout time.Duration, opts localcluster.Options) 
 			c.dumpLogs()
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), scaled(timeout))
 	t.Cleanup(cancel)
 	c.ctx = ctx
 	for _, n := range lc.Nodes {
@@ -218,6 +227,11 @@ func (c *cluster) commit(msg string, files map[string]string) string {
 // converge waits until the cluster runs the tip, each instance once.
 func (c *cluster) converge(what string) {
 	c.t.Helper()
+	// Specs that do not render never converge: say so now, not at the
+	// deadline.
+	if _, err := c.Model(); err != nil {
+		c.t.Fatalf("%s: the specs committed do not render: %v", what, err)
+	}
 	start := time.Now()
 	if err := c.WaitConverged(c.ctx); err != nil {
 		c.t.Fatalf("%s: not converged: %v", what, err)
@@ -468,7 +482,7 @@ func (c *cluster) checkOneEach(m *render.Model) map[string]placement {
 
 // httpGet GETs http://addr:port/ and returns the body.
 func httpGet(ctx context.Context, addr netip.Addr, port int) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, scaled(3*time.Second))
 	defer cancel()
 	u := "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(port)) + "/"
 	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
@@ -571,9 +585,13 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // metric reads one sample of node's /metrics: the line that starts with
 // series (a name, with its labels if any).
 func (c *cluster) metric(node, series string) (float64, error) {
-	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	addr, err := c.MetricsAddr(c.ctx, node)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, scaled(5*time.Second))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+c.Metrics[node]+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
@@ -648,3 +666,19 @@ func (c *cluster) waitEndpoints(service string, port int) {
 		return true, ""
 	})
 }
+
+// logContains reports whether node's agent log contains s, and the line.
+func (c *cluster) logContains(node, s string) (bool, string) {
+	b, err := os.ReadFile(filepath.Join(c.StateDir(node), "agent.log"))
+	if err != nil {
+		return false, ""
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.Contains(line, s) {
+			return true, line
+		}
+	}
+	return false, ""
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

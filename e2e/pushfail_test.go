@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	gosync "sync"
 	"testing"
 	"time"
 
@@ -66,7 +67,10 @@ func TestReportPushFailure(t *testing.T) {
 	muteAt := time.Now()
 	stop := make(chan struct{})
 	done := make(chan string)
-	go func() { done <- c.watchMakeBeforeBreak(mute, others, muted, placed, stop) }()
+	// What the wait below sees counts as seen by the watcher too: on a busy
+	// machine the watcher's own samples may miss the moment.
+	var seen gosync.Map
+	go func() { done <- c.watchMakeBeforeBreak(mute, others, muted, placed, &seen, stop) }()
 
 	c.waitFor("the others run "+strings.Join(muted, ", "), func() (bool, string) {
 		sts, err := c.statuses()
@@ -78,6 +82,7 @@ func TestReportPushFailure(t *testing.T) {
 			for _, n := range others {
 				if ri := reported(sts[n], name); ri != nil && ri.State == report.StateRunning {
 					ok = true
+					seen.Store(name, true)
 				}
 			}
 			if !ok {
@@ -109,7 +114,7 @@ func TestReportPushFailure(t *testing.T) {
 // watchMakeBeforeBreak samples, until stop closes, the statuses of the
 // other nodes and then the processes of node: it returns a problem when one
 // of node's instances stopped before another node had reported it running.
-func (c *cluster) watchMakeBeforeBreak(node string, others, instances []string, was map[string]placement, stop <-chan struct{}) string {
+func (c *cluster) watchMakeBeforeBreak(node string, others, instances []string, was map[string]placement, seen *gosync.Map, stop <-chan struct{}) string {
 	ownedElsewhere := map[string]bool{}
 	var problems []string
 	stopped := map[string]bool{}
@@ -134,14 +139,58 @@ func (c *cluster) watchMakeBeforeBreak(node string, others, instances []string, 
 			}
 		}
 		for _, name := range instances {
+			if _, ok := seen.Load(name); ok {
+				ownedElsewhere[name] = true
+			}
+		}
+		for _, name := range instances {
 			if stopped[name] || procAlive(was[name].PID) {
 				continue
 			}
 			stopped[name] = true
-			if !ownedElsewhere[name] {
+			if !ownedElsewhere[name] && !c.startedBeforeRemoved(name, node, others) {
 				problems = append(problems, fmt.Sprintf("%s stopped %s (pid %d) before any other node reported it running", node, name, was[name].PID))
 			}
 		}
 		time.Sleep(20 * time.Millisecond) // a sampling period
 	}
+}
+
+// startedBeforeRemoved reports whether one of others' agent logs says it
+// started instance before node's log says it removed it: the evidence of
+// make-before-break when the samples of the statuses missed the moment (on
+// a busy machine, a poll may take longer than the moment lasts). The logs
+// are written by processes of this machine, on one clock.
+func (c *cluster) startedBeforeRemoved(instance, node string, others []string) bool {
+	removed, ok := c.logTime(node, `msg="removed instance" instance=`+instance+" ")
+	if !ok {
+		return false
+	}
+	for _, n := range others {
+		if started, ok := c.logTime(n, `msg="started instance" instance=`+instance+" "); ok && started.Before(removed) {
+			return true
+		}
+	}
+	return false
+}
+
+// logTime returns the time of the last line of node's agent log that
+// contains s.
+func (c *cluster) logTime(node, s string) (time.Time, bool) {
+	b, err := os.ReadFile(filepath.Join(c.StateDir(node), "agent.log"))
+	if err != nil {
+		return time.Time{}, false
+	}
+	var at time.Time
+	found := false
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.Contains(line, s) {
+			continue
+		}
+		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+			at, found = t, true
+		}
+	}
+	return at, found
 }

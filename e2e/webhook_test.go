@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -28,23 +27,20 @@ func TestWebhook(t *testing.T) {
 	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Each agent binds a port of its choosing and records it.
+	c := newCluster(t, 3*time.Minute, localcluster.Options{
+		Poll:      time.Minute,
+		AgentArgs: []string{"--no-watch", "--webhook-listen", "127.0.0.1:0", "--webhook-secret-file", secretFile},
+		Files:     map[string]string{"apps/web.yaml": webService(2, "base/demo", "hello")},
+	})
 	hooks := map[string]string{}
-	nodeArgs := map[string][]string{}
-	for _, n := range []string{"n1", "n2", "n3"} {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for _, n := range c.Nodes {
+		addr, err := c.ListenAddr(c.ctx, n, "webhook")
 		if err != nil {
 			t.Fatal(err)
 		}
-		hooks[n] = l.Addr().String()
-		l.Close()
-		nodeArgs[n] = []string{"--webhook-listen", hooks[n], "--webhook-secret-file", secretFile}
+		hooks[n] = addr
 	}
-	c := newCluster(t, 3*time.Minute, localcluster.Options{
-		Poll:      time.Minute,
-		AgentArgs: []string{"--no-watch"},
-		NodeArgs:  nodeArgs,
-		Files:     map[string]string{"apps/web.yaml": webService(2, "base/demo", "hello")},
-	})
 	c.converge("first commit (fetched at start)")
 	tip := c.commit("scale web", map[string]string{"apps/web.yaml": webService(4, "base/demo", "hello")})
 	body := []byte(fmt.Sprintf(`{"ref":"refs/heads/main","after":%q}`, tip))

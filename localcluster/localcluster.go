@@ -50,6 +50,9 @@ type Options struct {
 	// AgentArgs are extra flags for every agent; NodeArgs for one.
 	AgentArgs []string
 	NodeArgs  map[string][]string
+	// FDLimit, when set, is every agent's RLIMIT_NOFILE (soft and hard),
+	// set by sh's ulimit before the agent is executed.
+	FDLimit int
 	// RepoURL is what the agents pull and push reports to; the bare
 	// repository's path when empty. Set it to serve the repository over
 	// HTTP (git http-backend), say.
@@ -59,12 +62,19 @@ type Options struct {
 // Cluster is a running local cluster.
 type Cluster struct {
 	Options
-	Bare string // the repository the agents pull, as a path
-	Work string // a work tree to commit from
-	// Metrics maps each node to its agent's metrics address.
-	Metrics map[string]string
-	agents  map[string]*exec.Cmd
-	exited  map[string]chan error
+	Bare   string // the repository the agents pull, as a path
+	Work   string // a work tree to commit from
+	agents map[string]*agentProc
+}
+
+// agentProc is a running agent process; done is closed once it has exited,
+// with err its exit status.
+type agentProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	// addrs caches the listener addresses it recorded.
+	addrs map[string]string
 }
 
 // New creates the repositories with the cluster, nodes and Files committed
@@ -93,7 +103,7 @@ func New(opts Options) (*Cluster, error) {
 	}
 	opts.Dir = dir
 	c := &Cluster{Options: opts, Bare: filepath.Join(dir, "cluster.git"), Work: filepath.Join(dir, "cluster"),
-		Metrics: map[string]string{}, agents: map[string]*exec.Cmd{}, exited: map[string]chan error{}}
+		agents: map[string]*agentProc{}}
 	if err := os.MkdirAll(c.Work, 0o755); err != nil {
 		return nil, err
 	}
@@ -212,27 +222,32 @@ func (c *Cluster) Commit(msg string, files map[string]string) (string, error) {
 func (c *Cluster) StateDir(node string) string { return filepath.Join(c.Dir, "nodes", node) }
 
 // Start starts node's agent; env adds environment variables (crash points).
+// The agent binds its metrics listener on a port of its choosing, which
+// MetricsAddr reads back.
 func (c *Cluster) Start(node string, env ...string) error {
-	if cmd := c.agents[node]; cmd != nil {
+	if p := c.agents[node]; p != nil {
 		return fmt.Errorf("agent %s already runs", node)
 	}
 	state := c.StateDir(node)
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return err
 	}
-	port, err := freePort()
-	if err != nil {
+	// The addresses of a previous run must not be read as this run's.
+	if err := agent.ClearListenFiles(state); err != nil {
 		return err
 	}
-	c.Metrics[node] = fmt.Sprintf("127.0.0.1:%d", port)
 	repo := c.Bare
 	if c.RepoURL != "" {
 		repo = c.RepoURL
 	}
 	args := append([]string{"agent", "--repo", repo, "--node", node, "--state-dir", state,
-		"--poll", c.Poll.String(), "--metrics-listen", c.Metrics[node], "--reconcile-interval", "1s", "--stop-grace", "3s"}, c.AgentArgs...)
+		"--poll", c.Poll.String(), "--metrics-listen", "127.0.0.1:0", "--reconcile-interval", "1s", "--stop-grace", "3s"}, c.AgentArgs...)
 	args = append(args, c.NodeArgs[node]...)
 	cmd := exec.Command(c.Keel, args...)
+	if c.FDLimit > 0 {
+		// The same process: sh executes the agent in its place.
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, c.FDLimit), c.Keel}, args...)...)
+	}
 	logf, err := os.OpenFile(filepath.Join(state, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -245,25 +260,92 @@ func (c *Cluster) Start(node string, env ...string) error {
 		logf.Close()
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait(); logf.Close() }()
-	c.agents[node], c.exited[node] = cmd, done
+	p := &agentProc{cmd: cmd, done: make(chan struct{}), addrs: map[string]string{}}
+	go func() {
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	c.agents[node] = p
 	return nil
 }
 
-// Running reports whether node's agent runs.
+// Running reports whether node's agent runs (or was started and not yet
+// stopped or waited for: see Dead).
 func (c *Cluster) Running(node string) bool { return c.agents[node] != nil }
+
+// Dead returns an error naming every agent that was started, was not
+// stopped, and has exited, with the end of its log; nil when there is none.
+func (c *Cluster) Dead() error {
+	var errs []error
+	for _, node := range slices.Sorted(mapKeys(c.agents)) {
+		p := c.agents[node]
+		select {
+		case <-p.done:
+			errs = append(errs, fmt.Errorf("agent %s exited unexpectedly (%v); the end of its log:\n%s", node, p.err, c.LogTail(node, 30)))
+		default:
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LogTail returns the last n lines of node's agent log.
+func (c *Cluster) LogTail(node string, n int) string {
+	b, err := os.ReadFile(filepath.Join(c.StateDir(node), "agent.log"))
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// MetricsAddr returns the address node's agent serves its metrics on, once
+// it has bound it.
+func (c *Cluster) MetricsAddr(ctx context.Context, node string) (string, error) {
+	return c.ListenAddr(ctx, node, "metrics")
+}
+
+// ListenAddr waits until node's agent has recorded the address of its
+// listener name ("metrics", "webhook") and returns it. It fails at once when
+// the agent exits meanwhile.
+func (c *Cluster) ListenAddr(ctx context.Context, node, name string) (string, error) {
+	p := c.agents[node]
+	if p == nil {
+		return "", fmt.Errorf("agent %s does not run", node)
+	}
+	if a := p.addrs[name]; a != "" {
+		return a, nil
+	}
+	path := agent.ListenFile(c.StateDir(node), name)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			a := strings.TrimSpace(string(b))
+			p.addrs[name] = a
+			return a, nil
+		}
+		select {
+		case <-p.done:
+			return "", fmt.Errorf("agent %s exited (%v) before listening for %s; the end of its log:\n%s", node, p.err, name, c.LogTail(node, 30))
+		case <-ctx.Done():
+			return "", fmt.Errorf("agent %s has not recorded its %s address: %w", node, name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
 
 // Exited waits until node's agent exits by itself (a crash point) or ctx ends.
 func (c *Cluster) Exited(ctx context.Context, node string) error {
-	done := c.exited[node]
-	if done == nil {
+	p := c.agents[node]
+	if p == nil {
 		return fmt.Errorf("agent %s does not run", node)
 	}
 	select {
-	case <-done:
+	case <-p.done:
 		delete(c.agents, node)
-		delete(c.exited, node)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -273,19 +355,18 @@ func (c *Cluster) Exited(ctx context.Context, node string) error {
 // Stop stops node's agent: SIGTERM (a clean stop; instances keep running)
 // or SIGKILL.
 func (c *Cluster) Stop(node string, sig syscall.Signal) error {
-	cmd := c.agents[node]
-	if cmd == nil {
+	p := c.agents[node]
+	if p == nil {
 		return nil
 	}
-	_ = cmd.Process.Signal(sig)
+	_ = p.cmd.Process.Signal(sig)
 	select {
-	case <-c.exited[node]:
+	case <-p.done:
 	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-c.exited[node]
+		_ = p.cmd.Process.Kill()
+		<-p.done
 	}
 	delete(c.agents, node)
-	delete(c.exited, node)
 	return nil
 }
 
@@ -371,10 +452,14 @@ func (c *Cluster) WaitConverged(ctx context.Context) error {
 	return c.WaitFor(ctx, func() (bool, string) { return c.Converged(ctx) })
 }
 
-// WaitFor polls cond every 100 ms until it holds or ctx ends.
+// WaitFor polls cond every 100 ms until it holds or ctx ends. It fails at
+// once when an agent exits that was not stopped (see Dead).
 func (c *Cluster) WaitFor(ctx context.Context, cond func() (bool, string)) error {
 	why := ""
 	for {
+		if err := c.Dead(); err != nil {
+			return err
+		}
 		ok, reason := cond()
 		if ok {
 			return nil
@@ -405,15 +490,6 @@ func (c *Cluster) Teardown() {
 			_ = d.Stop(ctx, name, 2*time.Second)
 		}
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {

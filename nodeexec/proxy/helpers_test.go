@@ -15,17 +15,32 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/loopnet"
 )
 
 // Tests in this package do not call t.Parallel: each checks, when its
 // Managers close, that no goroutine of any Manager is left.
 
-// randomVIP returns an address of 127.0.0.0/8 outside 127.0.0.0/16, which
-// Linux answers on loopback without configuration; random so that runs and
-// other packages' tests do not collide.
+// randomVIP returns a random address of the two /16s of 127.0.0.0/8 this
+// test process holds (Linux answers all of 127.0.0.0/8 on loopback without
+// configuration): other packages' tests, run in parallel, hold others.
 func randomVIP() netip.Addr {
-	return netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(254)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
+	vipOnce.Do(func() {
+		vipPair, vipErr = loopnet.Reserve() // held until the process ends
+	})
+	if vipErr != nil {
+		panic(vipErr)
+	}
+	b := vipPair.A.Addr().As4()
+	return netip.AddrFrom4([4]byte{127, b[1] + byte(rand.IntN(2)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
 }
+
+var (
+	vipOnce sync.Once
+	vipPair *loopnet.Pair
+	vipErr  error
+)
 
 // randomPort returns a port below Linux's ephemeral range, so that no
 // outgoing connection of this machine holds it.
@@ -270,10 +285,11 @@ func refused(s Service) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// waitFor polls cond until it holds, failing t after a few seconds.
+// waitFor polls cond until it holds, failing t after half a minute (a
+// generous deadline: the machine may be busy).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type Metrics struct {
 	connections *prometheus.CounterVec
 	dialErrors  *prometheus.CounterVec
+	rejected    *prometheus.CounterVec
 	active      *prometheus.GaugeVec
 	endpoints   *prometheus.GaugeVec
 }
@@ -15,7 +16,7 @@ type Metrics struct {
 // panics if they are registered there already, as MustRegister does.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := newMetrics()
-	reg.MustRegister(m.connections, m.dialErrors, m.active, m.endpoints)
+	reg.MustRegister(m.connections, m.dialErrors, m.rejected, m.active, m.endpoints)
 	return m
 }
 
@@ -29,6 +30,10 @@ func newMetrics() *Metrics {
 		dialErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keel_proxy_dial_errors_total",
 			Help: "Failed connection attempts from the service proxy to an endpoint.",
+		}, label),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_proxy_rejected_total",
+			Help: "Client connections the service proxy reset because every service together held the connection limit.",
 		}, label),
 		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "keel_proxy_active_connections",
@@ -44,14 +49,15 @@ func newMetrics() *Metrics {
 // serviceMetrics are one service's children, looked up once per listener
 // rather than once per connection.
 type serviceMetrics struct {
-	connections, dialErrors prometheus.Counter
-	active, endpoints       prometheus.Gauge
+	connections, dialErrors, rejected prometheus.Counter
+	active, endpoints                 prometheus.Gauge
 }
 
 func (m *Metrics) forService(name string) serviceMetrics {
 	return serviceMetrics{
 		connections: m.connections.WithLabelValues(name),
 		dialErrors:  m.dialErrors.WithLabelValues(name),
+		rejected:    m.rejected.WithLabelValues(name),
 		active:      m.active.WithLabelValues(name),
 		endpoints:   m.endpoints.WithLabelValues(name),
 	}

@@ -27,6 +27,12 @@ import (
 const (
 	DefaultDialTimeout  = time.Second
 	DefaultUnhealthyFor = 2 * time.Second
+	// DefaultMaxConnsPerService, DefaultMaxConns and DefaultIdleTimeout
+	// bound what clients can hold (each relayed connection holds two file
+	// descriptors: the client's and the backend's).
+	DefaultMaxConnsPerService = 1024
+	DefaultMaxConns           = 2048
+	DefaultIdleTimeout        = time.Hour
 )
 
 // ErrClosed is returned by Set once the Manager is closed.
@@ -74,7 +80,42 @@ type Options struct {
 	UnhealthyFor time.Duration
 	// Metrics, when set, receives the proxy's metrics (see NewMetrics).
 	Metrics *Metrics
+	// Limits bound the connections clients can hold open.
+	Limits Limits
 }
+
+// Limits bound what the clients of the proxies can hold. Zero fields take
+// the defaults.
+type Limits struct {
+	// MaxConnsPerService is how many client connections one Service holds
+	// open at once; further clients wait in the kernel's accept queue.
+	// Default DefaultMaxConnsPerService.
+	MaxConnsPerService int
+	// MaxConns is how many client connections all Services hold open at
+	// once; a client over it is reset at once. Default DefaultMaxConns.
+	MaxConns int
+	// IdleTimeout closes a relayed connection on which neither side sent
+	// a byte for that long. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+}
+
+// WithDefaults returns l with its zero fields set to the defaults.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxConnsPerService <= 0 {
+		l.MaxConnsPerService = DefaultMaxConnsPerService
+	}
+	if l.MaxConns <= 0 {
+		l.MaxConns = DefaultMaxConns
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	return l
+}
+
+// FDs is the most file descriptors the proxies' clients can make the
+// process hold: two per relayed connection.
+func (l Limits) FDs() int { return 2 * l.WithDefaults().MaxConns }
 
 // Manager runs the listeners and relays of a set of Services. Its methods
 // are safe for concurrent use.
@@ -83,6 +124,10 @@ type Manager struct {
 	dialer       net.Dialer
 	unhealthyFor time.Duration
 	metrics      *Metrics
+	limits       Limits
+	// slots holds one token per client connection open, all Services
+	// together (Limits.MaxConns).
+	slots chan struct{}
 	// now returns a monotonic time in nanoseconds; tests replace it.
 	now func() int64
 
@@ -110,6 +155,11 @@ type service struct {
 	endpoints atomic.Pointer[endpointSet] // swapped whole by Set
 	next      atomic.Uint64               // round-robin counter
 	metrics   serviceMetrics
+	// slots holds one token per client connection of this Service open
+	// (Limits.MaxConnsPerService); closed listeners free their waiters
+	// through done.
+	slots chan struct{}
+	done  chan struct{}
 }
 
 // New returns a Manager that proxies nothing until Set is called.
@@ -127,6 +177,7 @@ func New(opts Options) *Manager {
 	if opts.Metrics == nil {
 		opts.Metrics = newMetrics() // unregistered: keeps the code free of nil checks
 	}
+	limits := opts.Limits.WithDefaults()
 	epoch := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
@@ -134,6 +185,8 @@ func New(opts Options) *Manager {
 		dialer:       net.Dialer{Timeout: opts.DialTimeout},
 		unhealthyFor: opts.UnhealthyFor,
 		metrics:      opts.Metrics,
+		limits:       limits,
+		slots:        make(chan struct{}, limits.MaxConns),
 		now:          func() int64 { return int64(time.Since(epoch)) },
 		ctx:          ctx,
 		cancel:       cancel,
@@ -250,6 +303,8 @@ func (m *Manager) start(s Service) (*service, error) {
 		addr:    s.addr(),
 		ln:      ln,
 		metrics: m.metrics.forService(s.Name),
+		slots:   make(chan struct{}, m.limits.MaxConnsPerService),
+		done:    make(chan struct{}),
 	}
 	r.setEndpoints(s.Endpoints)
 	m.log.Info("proxy listening", "service", s.Name, "addr", r.addr, "endpoints", len(s.Endpoints))
@@ -260,6 +315,7 @@ func (m *Manager) start(s Service) (*service, error) {
 // stop closes r's listener; its accept loop then ends by itself.
 func (m *Manager) stop(r *service) {
 	r.ln.Close()
+	close(r.done)
 	m.metrics.forget(r.name)
 	m.log.Info("proxy stopped", "service", r.name, "addr", r.addr)
 }
@@ -273,8 +329,17 @@ func (r *service) setEndpoints(addrs []netip.AddrPort) {
 func (m *Manager) serve(r *service) {
 	var delay time.Duration
 	for {
+		// Wait for a free slot of the Service before accepting: clients
+		// over its limit wait in the kernel's queue, holding no
+		// descriptor of the agent.
+		select {
+		case r.slots <- struct{}{}:
+		case <-r.done:
+			return
+		}
 		c, err := r.ln.AcceptTCP()
 		if err != nil {
+			<-r.slots
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -291,7 +356,21 @@ func (m *Manager) serve(r *service) {
 			continue
 		}
 		delay = 0
-		m.wg.Go(func() { m.handle(r, c) })
+		select {
+		case m.slots <- struct{}{}:
+		default:
+			// Every Service together holds MaxConns: reset this
+			// client at once rather than take one more descriptor.
+			<-r.slots
+			r.metrics.rejected.Inc()
+			c.SetLinger(0)
+			c.Close()
+			continue
+		}
+		m.wg.Go(func() {
+			defer func() { <-m.slots; <-r.slots }()
+			m.handle(r, c)
+		})
 	}
 }
 

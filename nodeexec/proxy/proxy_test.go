@@ -437,6 +437,10 @@ keel_proxy_dial_errors_total{service="web"} 1
 # TYPE keel_proxy_endpoints gauge
 keel_proxy_endpoints{service="empty"} 0
 keel_proxy_endpoints{service="web"} 2
+# HELP keel_proxy_rejected_total Client connections the service proxy reset because every service together held the connection limit.
+# TYPE keel_proxy_rejected_total counter
+keel_proxy_rejected_total{service="empty"} 0
+keel_proxy_rejected_total{service="web"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"sync/atomic"
+	"time"
 )
 
 var errNoEndpoints = errors.New("no endpoints")
@@ -41,12 +44,14 @@ func (m *Manager) handle(r *service, client *net.TCPConn) {
 	}()
 	// Both conns are closed (deferred) only once both directions have
 	// ended: a peer that half-closed may still be reading.
+	idle := &idleClock{timeout: m.limits.IdleTimeout}
+	idle.touch()
 	done := make(chan struct{})
 	m.wg.Go(func() {
 		defer close(done)
-		pipe(backend, client)
+		pipe(backend, client, idle)
 	})
-	pipe(client, backend)
+	pipe(client, backend, idle)
 	<-done
 }
 
@@ -87,11 +92,54 @@ func (m *Manager) dialEndpoint(r *service, ep *endpoint) (*net.TCPConn, error) {
 	return c.(*net.TCPConn), nil
 }
 
+// idleClock is when either direction of a relayed connection last moved a
+// byte.
+type idleClock struct {
+	timeout time.Duration
+	last    atomic.Int64 // unix nanoseconds
+}
+
+func (c *idleClock) touch() { c.last.Store(time.Now().UnixNano()) }
+
+func (c *idleClock) idleFor() time.Duration { return time.Since(time.Unix(0, c.last.Load())) }
+
+// idleReader reads from a relayed conn under the idle timeout: a read that
+// waits longer than the timeout ends the relay unless the other direction
+// moved bytes meanwhile.
+type idleReader struct {
+	c    *net.TCPConn
+	idle *idleClock
+}
+
+func (r idleReader) Read(p []byte) (int, error) {
+	for {
+		wait := r.idle.timeout - r.idle.idleFor()
+		if wait <= 0 {
+			return 0, errIdle
+		}
+		if err := r.c.SetReadDeadline(time.Now().Add(wait)); err != nil {
+			return 0, err
+		}
+		n, err := r.c.Read(p)
+		if n > 0 {
+			r.idle.touch()
+		}
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && n == 0 {
+			continue // the loop ends it, unless the other side was busy
+		}
+		return n, err
+	}
+}
+
+var errIdle = errors.New("idle timeout")
+
 // pipe copies src to dst until src ends, then half-closes dst so that the
 // peer sees the end of the stream while the other direction goes on. On an
-// error it closes both conns, which also ends the other direction.
-func pipe(dst, src *net.TCPConn) {
-	_, err := io.Copy(dst, src)
+// error (the idle timeout among them) it closes both conns, which also ends
+// the other direction.
+func pipe(dst, src *net.TCPConn, idle *idleClock) {
+	buf := make([]byte, 32<<10)
+	_, err := io.CopyBuffer(writerOnly{dst}, idleReader{src, idle}, buf)
 	if err == nil {
 		err = dst.CloseWrite()
 	}
@@ -100,3 +148,7 @@ func pipe(dst, src *net.TCPConn) {
 		dst.Close()
 	}
 }
+
+// writerOnly hides dst's ReadFrom, so that io.CopyBuffer reads through
+// idleReader rather than splicing around it.
+type writerOnly struct{ io.Writer }
