@@ -42,7 +42,7 @@ func TestSlowFetchKeepsNodeAlive(t *testing.T) {
 			"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.receivepack", "GIT_CONFIG_VALUE_0=true",
 		},
 	}
-	const delay = 3 * ttl // each of n2's fetches takes this long
+	delay := 3 * ttl // each of n2's fetches takes this long
 	var slow atomic.Bool
 	var held atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
