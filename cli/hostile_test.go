@@ -114,3 +114,35 @@ func TestHostileReportDirIsReadByName(t *testing.T) {
 		t.Errorf("keel plan printed what the link points to:\n%s", all)
 	}
 }
+
+// TestSubmoduleCheckoutGetsTheCommitsVerdict: a submodule is a gitlink in
+// the commit, which every agent refuses by name; in a checkout it is a
+// directory holding another repository's files (or a nested repository).
+// keel validate on the checkout must give the commit's verdict, not read
+// that other repository's files as specs (issue 8 item 1).
+func TestSubmoduleCheckoutGetsTheCommitsVerdict(t *testing.T) {
+	sub := t.TempDir()
+	git(t, sub, "init", "-q", "-b", "main")
+	spec := "apiVersion: keel/v1\nkind: Service\nmetadata:\n  name: smuggled\nspec:\n  port: 9090\n  template:\n    image: base/14.2-web\n    command: [/bin/sleep, \"1000\"]\n    resources: {cpu: 100m, memory: 64M}\n"
+	if err := os.WriteFile(filepath.Join(sub, "smuggled.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, sub, "add", "-A")
+	git(t, sub, "commit", "-q", "-m", "sub")
+	dir := initRepo(t)
+	git(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", sub, "apps/vendored")
+	git(t, dir, "commit", "-q", "-m", "add a submodule")
+
+	const want = "apps/vendored: not a regular file"
+	code, out, errOut := keelWithin(t, 30*time.Second, "plan", "--repo", dir, "--head", "HEAD")
+	if !strings.Contains(out+errOut, want) {
+		t.Fatalf("keel plan on the commit: exit %d, want an error naming apps/vendored:\n%s%s", code, out, errOut)
+	}
+	for _, args := range [][]string{{"validate"}, {"render"}, {"lock", "--check"}} {
+		code, out, errOut := keelWithin(t, 30*time.Second, append(args, "--repo", dir)...)
+		all := out + errOut
+		if code != cli.ExitInvalid || !strings.Contains(all, want) || strings.Contains(all, "smuggled") {
+			t.Errorf("keel %s on the checkout: exit %d, want %d and the commit's verdict (%s):\n%s", args[0], code, cli.ExitInvalid, want, all)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"syscall"
@@ -66,11 +67,17 @@ func (d *DirFS) Open(name string) (fs.File, error) {
 		if st, err = d.root.Lstat(name[:i]); err != nil {
 			return nil, &fs.PathError{Op: "open", Path: name, Err: unwrapPath(err)}
 		}
-		if i < len(name) && !st.IsDir() {
+		if i < len(name) && (!st.IsDir() || d.isRepo(name[:i])) {
 			return nil, &fs.PathError{Op: "open", Path: name[:i], Err: render.ErrNotRegular}
 		}
 	}
 	if !st.IsDir() && !st.Mode().IsRegular() {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: render.ErrNotRegular}
+	}
+	if name != "." && d.isRepo(name) {
+		// A submodule or a nested repository: the commit holds a
+		// gitlink there, which CommitFS refuses; its files are another
+		// repository's, which review of this one never sees.
 		return nil, &fs.PathError{Op: "open", Path: name, Err: render.ErrNotRegular}
 	}
 	// O_NONBLOCK: had the file been swapped for a FIFO since, opening it
@@ -89,7 +96,7 @@ func (d *DirFS) Open(name string) (fs.File, error) {
 		f.Close()
 		return nil, &fs.PathError{Op: "open", Path: name, Err: render.ErrNotRegular}
 	case fst.IsDir():
-		return &dirFile{File: f}, nil
+		return &dirFile{File: f, fsys: d, path: name}, nil
 	case fst.Size() > render.MaxFileSize:
 		f.Close()
 		return nil, &fs.PathError{Op: "open", Path: name, Err: render.ErrTooLarge}
@@ -130,13 +137,32 @@ func (f *boundedFile) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// dirFile is a directory whose listing leaves out .git.
-type dirFile struct{ *os.File }
+// isRepo reports whether the directory name holds a .git entry (a file,
+// a directory or a link): the checkout of a submodule, or a nested
+// repository.
+func (d *DirFS) isRepo(name string) bool {
+	_, err := d.root.Lstat(path.Join(name, ".git"))
+	return err == nil
+}
+
+// dirFile is a directory whose listing leaves out .git, and lists a
+// submodule (a directory holding a .git) as what CommitFS lists for its
+// gitlink: an irregular entry.
+type dirFile struct {
+	*os.File
+	fsys *DirFS
+	path string
+}
 
 func (d *dirFile) ReadDir(n int) ([]fs.DirEntry, error) {
 	for {
 		entries, err := d.File.ReadDir(n)
 		entries = slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return e.Name() == ".git" })
+		for i, e := range entries {
+			if e.IsDir() && d.fsys.isRepo(path.Join(d.path, e.Name())) {
+				entries[i] = gitlinkEntry{e}
+			}
+		}
 		if len(entries) > 0 || err != nil || n <= 0 {
 			if n > 0 && len(entries) == 0 && err == nil {
 				err = io.EOF
@@ -145,6 +171,24 @@ func (d *dirFile) ReadDir(n int) ([]fs.DirEntry, error) {
 		}
 	}
 }
+
+// gitlinkEntry is a submodule's directory, listed as irregular.
+type gitlinkEntry struct{ fs.DirEntry }
+
+func (e gitlinkEntry) IsDir() bool       { return false }
+func (e gitlinkEntry) Type() fs.FileMode { return fs.ModeIrregular }
+func (e gitlinkEntry) Info() (fs.FileInfo, error) {
+	info, err := e.DirEntry.Info()
+	if err != nil {
+		return nil, err
+	}
+	return gitlinkInfo{info}, nil
+}
+
+type gitlinkInfo struct{ fs.FileInfo }
+
+func (i gitlinkInfo) IsDir() bool       { return false }
+func (i gitlinkInfo) Mode() fs.FileMode { return fs.ModeIrregular | 0o444 }
 
 // ReadFile reads name through Open, so that fs.ReadFile keeps the limits.
 func (d *DirFS) ReadFile(name string) ([]byte, error) {
