@@ -138,11 +138,20 @@ func TestSubmoduleCheckoutGetsTheCommitsVerdict(t *testing.T) {
 	if !strings.Contains(out+errOut, want) {
 		t.Fatalf("keel plan on the commit: exit %d, want an error naming apps/vendored:\n%s%s", code, out, errOut)
 	}
-	for _, args := range [][]string{{"validate"}, {"render"}, {"lock", "--check"}} {
-		code, out, errOut := keelWithin(t, 30*time.Second, append(args, "--repo", dir)...)
-		all := out + errOut
-		if code != cli.ExitInvalid || !strings.Contains(all, want) || strings.Contains(all, "smuggled") {
-			t.Errorf("keel %s on the checkout: exit %d, want %d and the commit's verdict (%s):\n%s", args[0], code, cli.ExitInvalid, want, all)
+	// A clone that did not recurse holds the submodule as an empty
+	// directory: the index still says it is a gitlink.
+	clone := filepath.Join(t.TempDir(), "clone")
+	git(t, dir, "clone", "-q", dir, clone)
+	if entries, err := os.ReadDir(filepath.Join(clone, "apps/vendored")); err != nil || len(entries) != 0 {
+		t.Fatalf("the clone's submodule is not an empty directory: %v, %v", entries, err)
+	}
+	for _, repo := range []string{dir, clone} {
+		for _, args := range [][]string{{"validate"}, {"render"}, {"lock", "--check"}} {
+			code, out, errOut := keelWithin(t, 30*time.Second, append(args, "--repo", repo)...)
+			all := out + errOut
+			if code != cli.ExitInvalid || !strings.Contains(all, want) || strings.Contains(all, "smuggled") {
+				t.Errorf("keel %s on the checkout %s: exit %d, want %d and the commit's verdict (%s):\n%s", args[0], repo, code, cli.ExitInvalid, want, all)
+			}
 		}
 	}
 }

@@ -3,10 +3,13 @@ package sync
 import (
 	"errors"
 	"fmt"
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"io"
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -24,6 +27,11 @@ import (
 // more than that, however the file grows meanwhile.
 type DirFS struct {
 	root *os.Root
+	// gitlinks are the paths (relative to root) that the git index of the
+	// checkout's repository records as submodules, checked out or not: an
+	// uninitialised submodule is an empty directory on disk, which the
+	// commit holds as a gitlink.
+	gitlinks map[string]bool
 }
 
 // OpenDir opens dir as a DirFS. Close it when done.
@@ -39,7 +47,56 @@ func OpenDir(dir string) (*DirFS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("repository: %w", err)
 	}
-	return &DirFS{root: root}, nil
+	return &DirFS{root: root, gitlinks: indexGitlinks(dir)}, nil
+}
+
+// indexGitlinks returns the submodules the git index of the repository
+// that holds dir records below dir, or none when dir is not in a git
+// repository (or its index cannot be read: then only checked-out
+// submodules, directories holding a .git, are seen).
+func indexGitlinks(dir string) map[string]bool {
+	repo, err := git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{DetectDotGit: true})
+	if err != nil {
+		return nil
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	top := wt.Filesystem.Root()
+	if real, err := filepath.EvalSymlinks(top); err == nil {
+		top = real
+	}
+	rel, err := filepath.Rel(top, abs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil
+	}
+	idx, err := repo.Storer.Index()
+	if err != nil {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, e := range idx.Entries {
+		if e.Mode != filemode.Submodule {
+			continue
+		}
+		name := e.Name
+		if rel != "." {
+			var ok bool
+			if name, ok = strings.CutPrefix(name, filepath.ToSlash(rel)+"/"); !ok {
+				continue
+			}
+		}
+		out[name] = true
+	}
+	return out
 }
 
 // Close releases the directory.
@@ -141,6 +198,9 @@ func (f *boundedFile) Read(p []byte) (int, error) {
 // a directory or a link): the checkout of a submodule, or a nested
 // repository.
 func (d *DirFS) isRepo(name string) bool {
+	if d.gitlinks[name] {
+		return true
+	}
 	_, err := d.root.Lstat(path.Join(name, ".git"))
 	return err == nil
 }
