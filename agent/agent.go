@@ -340,7 +340,7 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		return res.changedReports
 	}
 	a.tip = res.commit
-	switch reason := a.admit(res); reason {
+	switch kind, reason := a.admit(res); kind {
 	case "":
 		if err := a.accept(res); err != nil {
 			a.log.Error("cannot record the applied commit", "commit", res.commit, "err", err)
@@ -356,7 +356,7 @@ func (a *Agent) onFetch(res fetchResult) bool {
 	default:
 		a.refused = &report.Refusal{Commit: res.commit, Reason: reason}
 		a.metrics.CommitRefused.Reset()
-		a.metrics.CommitRefused.WithLabelValues(res.commit, reason).Set(1)
+		a.metrics.CommitRefused.WithLabelValues(res.commit, kind).Set(1)
 		a.log.Warn("refused commit; staying on the last good one", "commit", short(res.commit), "reason", reason,
 			"lastGood", short(a.appliedCommit()))
 	}
@@ -365,32 +365,46 @@ func (a *Agent) onFetch(res fetchResult) bool {
 
 // admit says why a new commit must not be applied, or "" when it may.
 // Trust checks (signatures, no rewinds) plug in here.
-func (a *Agent) admit(res fetchResult) string {
+func (a *Agent) admit(res fetchResult) (kind, reason string) {
 	if res.trustErr != nil {
-		return res.trustErr.Error()
+		return RefusedUntrusted, res.trustErr.Error()
 	}
 	if res.renderErr != nil {
 		var ie *render.InvalidError
 		if errors.As(res.renderErr, &ie) {
 			first := ie.Diagnostics[0].String()
 			if len(ie.Diagnostics) > 1 {
-				return fmt.Sprintf("invalid specs (%d errors), first: %s", len(ie.Diagnostics), first)
+				return RefusedInvalid, fmt.Sprintf("invalid specs (%d errors), first: %s", len(ie.Diagnostics), first)
 			}
-			return "invalid specs: " + first
+			return RefusedInvalid, "invalid specs: " + first
 		}
-		return "cannot read the commit: " + res.renderErr.Error()
+		return RefusedUnreadable, "cannot read the commit: " + res.renderErr.Error()
 	}
 	m := res.model
 	if len(m.Instances) == 0 && !m.Cluster.AllowEmpty {
-		return "the commit renders no workload at all (set spec.allowEmpty: true in cluster.yaml to allow that)"
+		return RefusedEmpty, "the commit renders no workload at all (set spec.allowEmpty: true in cluster.yaml to allow that)"
 	}
 	if v := m.Cluster.MinAgentVersion; v != "" && versionLess(a.opts.Version, v) {
-		return fmt.Sprintf("minAgentVersion is %s and this agent is %s: upgrade keel on this node", v, a.opts.Version)
+		return RefusedAgentVersion, fmt.Sprintf("minAgentVersion is %s and this agent is %s: upgrade keel on this node", v, a.opts.Version)
 	}
 	// A commit whose inventory no longer lists this node is applied: it is
 	// this node's decommission (see leaving).
-	return ""
+	return "", ""
 }
+
+// Kinds of refusal: the reason label of keel_commit_refused_info, a fixed
+// set (the reason itself, which quotes the commit, is in the report and
+// the logs).
+const (
+	RefusedUntrusted    = "untrusted"     // signature or rewind
+	RefusedInvalid      = "invalid"       // the specs do not render
+	RefusedUnreadable   = "unreadable"    // the commit cannot be read
+	RefusedEmpty        = "empty"         // no workload, allowEmpty false
+	RefusedAgentVersion = "agent_version" // minAgentVersion is newer
+)
+
+// RefusedKinds lists every kind of refusal.
+var RefusedKinds = []string{RefusedUntrusted, RefusedInvalid, RefusedUnreadable, RefusedEmpty, RefusedAgentVersion}
 
 // leaving reports whether the applied commit's inventory no longer lists
 // this node: the node is decommissioned. It stops everything it holds

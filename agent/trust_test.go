@@ -110,7 +110,7 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 	addJail("c")
 	gitSigned(t, work, "", "commit", "-q", "-m", "unsigned")
 	git(t, work, "push", "-q", bare, "main")
-	waitFor(t, "the unsigned commit refused", func() bool { return strings.Contains(refusal(reg), "not signed") })
+	waitFor(t, "the unsigned commit refused", func() bool { return refusal(reg) == agent.RefusedUntrusted })
 	if n := len(drv.Instances()); n != 2 {
 		t.Fatalf("an unsigned commit changed the node: %d instances", n)
 	}
@@ -123,7 +123,7 @@ func TestVerifiedCommitsOnly(t *testing.T) {
 	}
 	// Rewind to the older signed commit: refused.
 	git(t, work, "push", "-q", "-f", bare, signedStart+":refs/heads/main")
-	waitFor(t, "the rewind refused", func() bool { return strings.Contains(refusal(reg), "rewind") })
+	waitFor(t, "the rewind refused", func() bool { return refusal(reg) == agent.RefusedUntrusted })
 	if n := len(drv.Instances()); n != 3 {
 		t.Fatalf("a rewind changed the node: %d instances", n)
 	}
