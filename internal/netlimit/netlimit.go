@@ -18,11 +18,26 @@ import (
 // while n accepted connections are open, so further clients wait in the
 // kernel's accept queue (or are refused by it) and take no descriptor of
 // this process. n must be positive.
+//
+// One TCP client host (by IP address) holds at most a quarter of the n
+// slots (PerHost) at once: a further connection of that host is closed as soon
+// as it is accepted, so that one client that opens connections and sends
+// nothing (slowloris) cannot lock everyone else out of the port.
 func Listener(l net.Listener, n int) net.Listener {
 	if n <= 0 {
 		panic("netlimit: the connection limit must be positive")
 	}
-	return &listener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
+	return &listener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{}),
+		perHost: PerHost(n), hosts: map[string]int{}}
+}
+
+// PerHost is how many of n connections one client host may hold: a
+// quarter, or all of them when n is below 8.
+func PerHost(n int) int {
+	if n < 8 {
+		return n
+	}
+	return n / 4
 }
 
 type listener struct {
@@ -30,20 +45,57 @@ type listener struct {
 	sem       chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+
+	perHost int
+	mu      sync.Mutex
+	hosts   map[string]int // open connections by client IP
 }
 
 func (l *listener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+	for {
+		select {
+		case l.sem <- struct{}{}:
+		case <-l.done:
+			return nil, net.ErrClosed
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-l.sem
+			return nil, err
+		}
+		host := hostOf(c.RemoteAddr())
+		if host == "" {
+			return &conn{Conn: c, release: func() { <-l.sem }}, nil
+		}
+		l.mu.Lock()
+		over := l.hosts[host] >= l.perHost
+		if !over {
+			l.hosts[host]++
+		}
+		l.mu.Unlock()
+		if over {
+			c.Close()
+			<-l.sem
+			continue
+		}
+		return &conn{Conn: c, release: func() {
+			l.mu.Lock()
+			if l.hosts[host]--; l.hosts[host] <= 0 {
+				delete(l.hosts, host)
+			}
+			l.mu.Unlock()
+			<-l.sem
+		}}, nil
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
+}
+
+// hostOf is the IP address of a TCP client; "" for others (a Unix
+// socket's clients are local, and share the plain limit).
+func hostOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
 	}
-	return &conn{Conn: c, release: func() { <-l.sem }}, nil
+	return ""
 }
 
 func (l *listener) Close() error {

@@ -65,6 +65,56 @@ func TestListenerHoldsAtMostN(t *testing.T) {
 	}
 }
 
+// One client host holds at most a quarter of the slots: its next
+// connection is closed at once, while another host's is accepted
+// (slowloris from one address locks nobody out).
+func TestListenerSharesSlotsAmongHosts(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Listener(raw, 8) // 2 per host
+	defer l.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	for range 2 {
+		dial("127.0.0.1")
+		<-accepted
+	}
+	third := dial("127.0.0.1")
+	third.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := third.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a host's third connection was not closed with 2 per host: %v", err)
+	}
+	dial("127.0.0.2")
+	select {
+	case c := <-accepted:
+		if h := hostOf(c.RemoteAddr()); h != "127.0.0.2" {
+			t.Fatalf("accepted a connection of %s, want 127.0.0.2", h)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("another host's connection was not accepted while one host held its share")
+	}
+}
+
 // A keep-alive connection that sends no next request is closed after the
 // idle timeout, and one that sends no header after the header timeout.
 func TestServerClosesIdleAndSilentConnections(t *testing.T) {
