@@ -24,6 +24,9 @@ const (
 	ActionUnschedulable = "unschedulable"
 	ActionFailing       = "failing" // pending: not running on its node
 	ActionWait          = "wait"    // pending: outdated, held back by the rollout
+	// ActionStop (pending): a node that is not in the inventory reports the
+	// instance not stopped; its agent stops it (decommission).
+	ActionStop = "stop"
 )
 
 // Change is one thing that a plan does differently from another, or from
@@ -200,6 +203,10 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 			if from != "" {
 				reason := "stopped on " + from + " once it runs on " + pl.Node
 				switch {
+				case m.Node(from) == nil && inst != nil && inst.Stateful:
+					reason = "started on " + pl.Node + " once " + from + " reports it stopped; " + leftReason(from)
+				case m.Node(from) == nil:
+					reason = leftReason(from)
 				case !alive[from]:
 					reason = "node " + from + " is dead"
 				case inst != nil && inst.Stateful:
@@ -237,6 +244,12 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 	for _, u := range plan.Unschedulable {
 		out = append(out, Change{Instance: u.Instance, Service: u.Service, Action: ActionUnschedulable, Reason: u.Reason})
 	}
+	moving := map[[2]string]bool{} // instance, from
+	for _, c := range out {
+		if c.Action == ActionMove {
+			moving[[2]string{c.Instance, c.From}] = true
+		}
+	}
 	for _, n := range slices.Sorted(maps.Keys(byNode)) {
 		if !alive[n] {
 			continue
@@ -246,17 +259,38 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 				out = append(out, Change{Instance: ri.Name, Action: ActionRemove, Node: n, Reason: "no longer in the specs"})
 			} else if pl, ok := placed[ri.Name]; !ok {
 				continue // unschedulable: listed above
-			} else if pl.Node != n && !pendingMove(out, ri.Name, n) {
+			} else if pl.Node != n && !moving[[2]string{ri.Name, n}] {
 				out = append(out, Change{Instance: ri.Name, Action: ActionRemove, Node: n, Reason: "runs on " + pl.Node + " now (duplicate)"})
 			}
+		}
+	}
+	// A node outside the inventory (deleted from nodes/, or never in it)
+	// that still reports instances not stopped: its agent stops them. An
+	// instance with a move listed above is not listed twice.
+	for _, n := range slices.Sorted(maps.Keys(byNode)) {
+		if m.Node(n) != nil {
+			continue
+		}
+		listed := map[string]bool{}
+		for _, ri := range byNode[n].Instances {
+			if ri.State == report.StateStopped || listed[ri.Name] || moving[[2]string{ri.Name, n}] {
+				continue
+			}
+			listed[ri.Name] = true
+			c := Change{Instance: ri.Name, Action: ActionStop, Node: n, Reason: leftReason(n)}
+			if inst := m.Instance(ri.Name); inst != nil {
+				c.Service = inst.Service
+			}
+			out = append(out, c)
 		}
 	}
 	sortChanges(out)
 	return out
 }
 
-func pendingMove(changes []Change, inst, from string) bool {
-	return slices.ContainsFunc(changes, func(c Change) bool { return c.Instance == inst && c.Action == ActionMove && c.From == from })
+// leftReason says why a node outside the inventory stops what it runs.
+func leftReason(node string) string {
+	return "node " + node + " is not in the inventory: its agent stops it (decommission)"
 }
 
 // DiffAllocations compares two locks (as keel lock would write them).
@@ -304,7 +338,7 @@ func unschedulableByName(p *Plan) map[string]string {
 	return out
 }
 
-var actionOrder = []string{ActionUnschedulable, ActionRemove, ActionMove, ActionReplace, ActionRestart, ActionCreate, ActionScale, ActionPort, ActionUpdate, ActionFailing, ActionWait}
+var actionOrder = []string{ActionUnschedulable, ActionRemove, ActionStop, ActionMove, ActionReplace, ActionRestart, ActionCreate, ActionScale, ActionPort, ActionUpdate, ActionFailing, ActionWait}
 
 func sortChanges(c []Change) {
 	slices.SortFunc(c, func(a, b Change) int {
