@@ -182,6 +182,17 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 	for _, n := range plan.Nodes {
 		alive[n.Name] = n.Alive
 	}
+	// The nodes whose newest report lists each instance, in name order;
+	// a name listed twice in one report counts once.
+	nodes := slices.Sorted(maps.Keys(byNode))
+	listedOn := map[string][]string{}
+	for _, n := range nodes {
+		for _, ri := range byNode[n].Instances {
+			if on := listedOn[ri.Name]; len(on) == 0 || on[len(on)-1] != n {
+				listedOn[ri.Name] = append(on, n)
+			}
+		}
+	}
 	var out []Change
 	placed := placementsByName(plan)
 	for _, pl := range plan.Placements {
@@ -195,8 +206,8 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 		case ri == nil:
 			// The node it runs on now: an alive one first, else a dead one.
 			from := ""
-			for _, n := range slices.Sorted(maps.Keys(byNode)) {
-				if n != pl.Node && byNode[n].Instance(pl.Instance) != nil && (from == "" || alive[n] && !alive[from]) {
+			for _, n := range listedOn[pl.Instance] {
+				if n != pl.Node && (from == "" || alive[n] && !alive[from]) {
 					from = n
 				}
 			}
@@ -250,11 +261,16 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 			moving[[2]string{c.Instance, c.From}] = true
 		}
 	}
-	for _, n := range slices.Sorted(maps.Keys(byNode)) {
+	for _, n := range nodes {
 		if !alive[n] {
 			continue
 		}
+		listed := map[string]bool{}
 		for _, ri := range byNode[n].Instances {
+			if listed[ri.Name] {
+				continue
+			}
+			listed[ri.Name] = true
 			if m.Instance(ri.Name) == nil {
 				out = append(out, Change{Instance: ri.Name, Action: ActionRemove, Node: n, Reason: "no longer in the specs"})
 			} else if pl, ok := placed[ri.Name]; !ok {
@@ -267,7 +283,7 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 	// A node outside the inventory (deleted from nodes/, or never in it)
 	// that still reports instances not stopped: its agent stops them. An
 	// instance with a move listed above is not listed twice.
-	for _, n := range slices.Sorted(maps.Keys(byNode)) {
+	for _, n := range nodes {
 		if m.Node(n) != nil {
 			continue
 		}
