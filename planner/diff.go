@@ -215,9 +215,9 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 				reason := "stopped on " + from + " once it runs on " + pl.Node
 				switch {
 				case m.Node(from) == nil && inst != nil && inst.Stateful:
-					reason = "started on " + pl.Node + " once " + from + " reports it stopped; " + leftReason(from)
+					reason = "started on " + pl.Node + " once " + from + " reports it stopped: node " + from + " is not in the inventory (decommission)"
 				case m.Node(from) == nil:
-					reason = leftReason(from)
+					reason += ": node " + from + " is not in the inventory (decommission)"
 				case !alive[from]:
 					reason = "node " + from + " is dead"
 				case inst != nil && inst.Stateful:

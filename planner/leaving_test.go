@@ -73,10 +73,10 @@ func TestNodeLeavingShowsItsStops(t *testing.T) {
 		if c := got["stop web-0 gone"]; c.Service != "web" {
 			t.Errorf("stop of web-0 names its Service: %+v", c)
 		}
-		if c := got["move tools gone"]; c.Reason != left {
+		if c := got["move tools gone"]; c.Reason != "stopped on gone once it runs on "+c.Node+": node gone is not in the inventory (decommission)" {
 			t.Errorf("stateless move off gone %+v", c)
 		}
-		if c := got["move db gone"]; c.Reason != "started on "+db.Node+" once gone reports it stopped; "+left {
+		if c := got["move db gone"]; c.Reason != "started on "+db.Node+" once gone reports it stopped: node gone is not in the inventory (decommission)" {
 			t.Errorf("stateful move off gone %+v", c)
 		}
 	}
