@@ -330,3 +330,77 @@ func TestPlanInvalidBaseValidHead(t *testing.T) {
 		t.Fatalf("exit %d %s\n%s", code, errOut, out)
 	}
 }
+
+// TestPlanShowsANodeRemovedFromTheInventory (issue 8 item 11): after
+// nodes/fra2.yaml is deleted (with the exporter Jail that only ran there,
+// and db-0's pin), fra2's report still lists what it runs. keel plan must
+// not say "no changes": fra2's agent stops all of it (it decommissions
+// itself), so the pending work lists the stop of the exporter, the moves
+// off fra2 name the inventory (not a dead node), and a node-leaving
+// warning says what is going on; in every output format.
+func TestPlanShowsANodeRemovedFromTheInventory(t *testing.T) {
+	dir := initRepo(t)
+	reports := writeReports(t, dir)
+	if err := os.Remove(filepath.Join(dir, "nodes/fra2.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	tools, err := os.ReadFile(filepath.Join(dir, "jails/tools.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bastion, _, ok := strings.Cut(string(tools), "\n---\n")
+	if !ok {
+		t.Fatal("jails/tools.yaml has no second document")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "jails/tools.yaml"), []byte(bastion+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	editFile(t, dir, "keel.lock", "  db-0: fra2\n", "")
+	args := []string{"plan", "--repo", dir, "--reports", reports, "--now", planTime.Format(time.RFC3339)}
+
+	code, out, errOut := keel(t, append(args, "-o", "json")...)
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
+	}
+	var doc struct {
+		Pending  []planner.Change
+		Warnings []planner.Warning
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	stops, moves := map[string]string{}, map[string]string{}
+	for _, c := range doc.Pending {
+		switch c.Action {
+		case planner.ActionStop:
+			stops[c.Instance] = c.Node
+		case planner.ActionMove:
+			if c.From == "fra2" {
+				moves[c.Instance] = c.Reason
+			}
+		}
+	}
+	if stops["exporter"] != "fra2" || len(stops) != 1 {
+		t.Errorf("pending stops %v, want exporter on fra2 (the rest of fra2's work moves): %+v", stops, doc.Pending)
+	}
+	if len(moves) != 2 || !strings.Contains(moves["web-0"], "not in the inventory") || !strings.Contains(moves["db-0"], "once fra2 reports it stopped") {
+		t.Errorf("moves off fra2 %v, want web-0 and db-0 saying fra2 left the inventory", moves)
+	}
+	leaving := false
+	for _, w := range doc.Warnings {
+		leaving = leaving || w.Code == planner.WarnNodeLeaving && w.Subject == "fra2" && strings.Contains(w.Message, "3 instances not stopped")
+	}
+	if !leaving {
+		t.Errorf("no node-leaving warning for fra2: %+v", doc.Warnings)
+	}
+
+	code, out, _ = keel(t, append(args, "-o", "text")...)
+	if code != cli.ExitOK || !strings.Contains(out, "pending: 1 to stop (nodes leaving), 2 to move;") ||
+		!regexp.MustCompile(`(?m)^  stop +exporter +fra2 +node fra2 is not in the inventory: its agent stops it \(decommission\)$`).MatchString(out) {
+		t.Errorf("text output:\n%s", out)
+	}
+	code, out, _ = keel(t, append(args, "-o", "markdown")...)
+	if code != cli.ExitOK || !strings.Contains(out, "| stop | `exporter` | fra2 | node fra2 is not in the inventory") {
+		t.Errorf("markdown output:\n%s", out)
+	}
+}

@@ -177,7 +177,7 @@ func (o *planOutput) summary() string {
 		counts[c.Action]++
 	}
 	var parts []string
-	for _, a := range []string{planner.ActionCreate, planner.ActionRemove, planner.ActionReplace, planner.ActionRestart,
+	for _, a := range []string{planner.ActionCreate, planner.ActionRemove, planner.ActionStop, planner.ActionReplace, planner.ActionRestart,
 		planner.ActionUpdate, planner.ActionMove, planner.ActionScale, planner.ActionPort, planner.ActionUnschedulable,
 		planner.ActionFailing, planner.ActionWait} {
 		if counts[a] > 0 {
@@ -199,6 +199,8 @@ func actionWord(a string) string {
 		return "to create"
 	case planner.ActionRemove:
 		return "to remove"
+	case planner.ActionStop:
+		return "to stop (nodes leaving)"
 	case planner.ActionReplace:
 		return "to replace"
 	case planner.ActionRestart:

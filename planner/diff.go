@@ -24,6 +24,9 @@ const (
 	ActionUnschedulable = "unschedulable"
 	ActionFailing       = "failing" // pending: not running on its node
 	ActionWait          = "wait"    // pending: outdated, held back by the rollout
+	// ActionStop (pending): a node that is not in the inventory reports the
+	// instance not stopped; its agent stops it (decommission).
+	ActionStop = "stop"
 )
 
 // Change is one thing that a plan does differently from another, or from
@@ -179,6 +182,17 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 	for _, n := range plan.Nodes {
 		alive[n.Name] = n.Alive
 	}
+	// The nodes whose newest report lists each instance, in name order;
+	// a name listed twice in one report counts once.
+	nodes := slices.Sorted(maps.Keys(byNode))
+	listedOn := map[string][]string{}
+	for _, n := range nodes {
+		for _, ri := range byNode[n].Instances {
+			if on := listedOn[ri.Name]; len(on) == 0 || on[len(on)-1] != n {
+				listedOn[ri.Name] = append(on, n)
+			}
+		}
+	}
 	var out []Change
 	placed := placementsByName(plan)
 	for _, pl := range plan.Placements {
@@ -192,14 +206,18 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 		case ri == nil:
 			// The node it runs on now: an alive one first, else a dead one.
 			from := ""
-			for _, n := range slices.Sorted(maps.Keys(byNode)) {
-				if n != pl.Node && byNode[n].Instance(pl.Instance) != nil && (from == "" || alive[n] && !alive[from]) {
+			for _, n := range listedOn[pl.Instance] {
+				if n != pl.Node && (from == "" || alive[n] && !alive[from]) {
 					from = n
 				}
 			}
 			if from != "" {
 				reason := "stopped on " + from + " once it runs on " + pl.Node
 				switch {
+				case m.Node(from) == nil && inst != nil && inst.Stateful:
+					reason = "started on " + pl.Node + " once " + from + " reports it stopped: node " + from + " is not in the inventory (decommission)"
+				case m.Node(from) == nil:
+					reason += ": node " + from + " is not in the inventory (decommission)"
 				case !alive[from]:
 					reason = "node " + from + " is dead"
 				case inst != nil && inst.Stateful:
@@ -237,26 +255,58 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 	for _, u := range plan.Unschedulable {
 		out = append(out, Change{Instance: u.Instance, Service: u.Service, Action: ActionUnschedulable, Reason: u.Reason})
 	}
-	for _, n := range slices.Sorted(maps.Keys(byNode)) {
+	moving := map[[2]string]bool{} // instance, from
+	for _, c := range out {
+		if c.Action == ActionMove {
+			moving[[2]string{c.Instance, c.From}] = true
+		}
+	}
+	for _, n := range nodes {
 		if !alive[n] {
 			continue
 		}
+		listed := map[string]bool{}
 		for _, ri := range byNode[n].Instances {
+			if listed[ri.Name] {
+				continue
+			}
+			listed[ri.Name] = true
 			if m.Instance(ri.Name) == nil {
 				out = append(out, Change{Instance: ri.Name, Action: ActionRemove, Node: n, Reason: "no longer in the specs"})
 			} else if pl, ok := placed[ri.Name]; !ok {
 				continue // unschedulable: listed above
-			} else if pl.Node != n && !pendingMove(out, ri.Name, n) {
+			} else if pl.Node != n && !moving[[2]string{ri.Name, n}] {
 				out = append(out, Change{Instance: ri.Name, Action: ActionRemove, Node: n, Reason: "runs on " + pl.Node + " now (duplicate)"})
 			}
+		}
+	}
+	// A node outside the inventory (deleted from nodes/, or never in it)
+	// that still reports instances not stopped: its agent stops them. An
+	// instance with a move listed above is not listed twice.
+	for _, n := range nodes {
+		if m.Node(n) != nil {
+			continue
+		}
+		listed := map[string]bool{}
+		for _, ri := range byNode[n].Instances {
+			if ri.State == report.StateStopped || listed[ri.Name] || moving[[2]string{ri.Name, n}] {
+				continue
+			}
+			listed[ri.Name] = true
+			c := Change{Instance: ri.Name, Action: ActionStop, Node: n, Reason: leftReason(n)}
+			if inst := m.Instance(ri.Name); inst != nil {
+				c.Service = inst.Service
+			}
+			out = append(out, c)
 		}
 	}
 	sortChanges(out)
 	return out
 }
 
-func pendingMove(changes []Change, inst, from string) bool {
-	return slices.ContainsFunc(changes, func(c Change) bool { return c.Instance == inst && c.Action == ActionMove && c.From == from })
+// leftReason says why a node outside the inventory stops what it runs.
+func leftReason(node string) string {
+	return "node " + node + " is not in the inventory: its agent stops it (decommission)"
 }
 
 // DiffAllocations compares two locks (as keel lock would write them).
@@ -304,7 +354,7 @@ func unschedulableByName(p *Plan) map[string]string {
 	return out
 }
 
-var actionOrder = []string{ActionUnschedulable, ActionRemove, ActionMove, ActionReplace, ActionRestart, ActionCreate, ActionScale, ActionPort, ActionUpdate, ActionFailing, ActionWait}
+var actionOrder = []string{ActionUnschedulable, ActionRemove, ActionStop, ActionMove, ActionReplace, ActionRestart, ActionCreate, ActionScale, ActionPort, ActionUpdate, ActionFailing, ActionWait}
 
 func sortChanges(c []Change) {
 	slices.SortFunc(c, func(a, b Change) int {

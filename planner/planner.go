@@ -117,14 +117,15 @@ type planner struct {
 	plan      *Plan
 	nodes     []*nodeState
 	byName    map[string]*nodeState
-	index     map[string]int32        // instance name → index in m.Instances
-	sightings [][]sighting            // by instance index: the nodes that report it
-	holders   map[string][]*nodeState // volume → nodes that report holding it
-	placed    []*Placement            // by instance index
-	on        []*nodeState            // by instance index: the node it is placed on
-	counts    map[string][]int32      // Service → replicas placed per node index
-	cands     map[string][]int32      // Service or Jail → candidate node indexes
-	room      []room                  // by node index
+	index     map[string]int32          // instance name → index in m.Instances
+	sightings [][]sighting              // by instance index: the nodes that report it
+	holders   map[string][]*nodeState   // volume → nodes that report holding it
+	placed    []*Placement              // by instance index
+	on        []*nodeState              // by instance index: the node it is placed on
+	counts    map[string][]int32        // Service → replicas placed per node index
+	cands     map[string][]int32        // Service or Jail → candidate node indexes
+	room      []room                    // by node index
+	newest    map[string]*report.Report // every node's newest report, inventory or not
 	warnings  []Warning
 }
 
@@ -176,20 +177,31 @@ func (p *planner) readNodes() {
 		p.byName[n.Name] = ns
 	}
 	// The newest report of each node; ties broken on content so that the
-	// choice never depends on input order.
+	// choice never depends on input order. For liveness only the nodes of
+	// the inventory count, and a report dated more than FutureLimit ahead
+	// is set aside; p.newest keeps every node's newest report, whatever
+	// its node and date, for break before make and for the nodes leaving.
+	p.newest = map[string]*report.Report{}
 	for i := range p.in.Reports {
 		r := &p.in.Reports[i]
+		if cur := p.newest[r.Node]; cur == nil || newer(r, cur) {
+			p.newest[r.Node] = r
+		}
 		ns := p.byName[r.Node]
 		switch {
 		case ns == nil:
-			p.warn(WarnReportIgnored, r.Node, "report of %s ignored: the node is not in the inventory", r.Node)
-			continue
+			continue // leaving (below)
 		case r.Time.After(p.in.Now.Add(FutureLimit)):
 			p.warn(WarnReportIgnored, r.Node, "report of %s ignored: it is dated %s, more than an hour ahead of this clock", r.Node, r.Time.UTC().Format(time.RFC3339))
 			continue
 		}
 		if ns.report == nil || newer(r, ns.report) {
 			ns.report = r
+		}
+	}
+	for node, r := range p.newest {
+		if p.byName[node] == nil {
+			p.leaving(r)
 		}
 	}
 	var newest time.Time
@@ -243,8 +255,14 @@ func (p *planner) readNodes() {
 			}
 			for j := range r.Instances {
 				ri := &r.Instances[j]
+				// A name listed twice in one report (report.Parse refuses
+				// that; a report built otherwise may not) is one sighting,
+				// the first, as report.Instance finds it. A node's
+				// sightings are appended together, so its last is enough.
 				if k, ok := p.index[ri.Name]; ok {
-					p.sightings[k] = append(p.sightings[k], sighting{ns, ri})
+					if s := p.sightings[k]; len(s) == 0 || s[len(s)-1].node != ns {
+						p.sightings[k] = append(p.sightings[k], sighting{ns, ri})
+					}
 				}
 				if a := ri.Address; a.Is4() && ns.PodCIDR.Contains(a) {
 					ns.used[a.As4()[3]] = true
@@ -298,6 +316,54 @@ func newer(a, b *report.Report) bool {
 		return a.Time.After(b.Time)
 	}
 	return string(a.Marshal()) > string(b.Marshal())
+}
+
+// maxNamed is how many instances a warning names before it counts the rest.
+const maxNamed = 5
+
+// leaving warns about the newest report of a node that is not in the
+// inventory. When it lists instances in any state but stopped, the node is
+// leaving (deleted from nodes/, its agent decommissions it: see
+// Pending's ActionStop) or it never was a member (a stray report): the
+// planner cannot tell which, and treats both alike. Either way its agent,
+// if any, stops them, and a stateful one starts elsewhere only once the
+// report says it stopped (WaitsFor). Otherwise the report is ignored.
+func (p *planner) leaving(r *report.Report) {
+	var names []string
+	count := 0
+	seen := map[string]bool{}
+	for _, ri := range r.Instances {
+		if ri.State == report.StateStopped || seen[ri.Name] {
+			continue
+		}
+		seen[ri.Name] = true
+		count++
+		if len(names) < maxNamed {
+			names = append(names, ri.Name)
+		}
+	}
+	if count == 0 {
+		p.warn(WarnReportIgnored, r.Node, "report of %s ignored: the node is not in the inventory", r.Node)
+		return
+	}
+	slices.Sort(names)
+	list := strings.Join(names, ", ")
+	if count > len(names) {
+		list += fmt.Sprintf(" and %d more", count-len(names))
+	}
+	state := "its agent stops them once it applies a commit without the node"
+	if r.Decommissioned {
+		state = "its agent is decommissioning it and stops them"
+	}
+	p.warn(WarnNodeLeaving, r.Node, "node %s is not in the inventory, but its report lists %d %s not stopped (%s): %s; stateful ones start elsewhere only once it reports them stopped (if its host is off for good, delete its report ref)",
+		r.Node, count, pluralWord(count, "instance"), list, state)
+}
+
+func pluralWord(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // matches reports whether node n satisfies the instance's constraints.
@@ -504,7 +570,10 @@ func (p *planner) generations() {
 		for _, s := range p.sightings[i] {
 			top = max(top, s.inst.Generation)
 		}
-		pl.Generation = top + 1
+		if top < math.MaxInt { // a hostile report may claim the largest
+			top++
+		}
+		pl.Generation = top
 	}
 }
 
@@ -514,26 +583,24 @@ func (p *planner) generations() {
 // node no longer in the inventory, a report dated ahead): a report that
 // says the instance runs is not proof that it stopped, however old.
 func (p *planner) breakBeforeMake() {
-	newest := map[string]*report.Report{}
-	for i := range p.in.Reports {
-		r := &p.in.Reports[i]
-		if cur := newest[r.Node]; cur == nil || newer(r, cur) {
-			newest[r.Node] = r
-		}
-	}
-	for i, pl := range p.placed {
-		if pl == nil || !p.m.Instances[i].Stateful {
-			continue
-		}
-		for node, r := range newest {
-			if node == pl.Node {
+	for node, r := range p.newest {
+		for j := range r.Instances {
+			ri := &r.Instances[j]
+			k, ok := p.index[ri.Name]
+			if !ok || ri.State == report.StateStopped {
 				continue
 			}
-			if ri := r.Instance(pl.Instance); ri != nil && ri.State != report.StateStopped {
+			// A name listed twice (a report built without report.Parse)
+			// counts as not stopped if any listing says so.
+			if pl := p.placed[k]; pl != nil && p.m.Instances[k].Stateful && node != pl.Node && !slices.Contains(pl.WaitsFor, node) {
 				pl.WaitsFor = append(pl.WaitsFor, node)
 			}
 		}
-		slices.Sort(pl.WaitsFor)
+	}
+	for _, pl := range p.placed {
+		if pl != nil {
+			slices.Sort(pl.WaitsFor)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ package planner
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
@@ -1166,4 +1167,298 @@ func TestPropertyLivenessHysteresis(t *testing.T) {
 	if settled == 0 {
 		t.Fatal("no stateless instance ever moved: the generator tests nothing")
 	}
+}
+
+// TestPropertyHostileReportSizes (issue 8, "property tests cover report
+// sets with hostile sizes"): on top of a generated cluster, many reports of
+// nodes of the inventory and of ghosts (nodes outside it), some listing
+// thousands of instances: unknown names, names of Services and of nodes,
+// replicas beyond the count, the same name twice in one report and across
+// reports, every state, huge, negative and the largest generations,
+// addresses anywhere, volumes of no instance and of real ones, clocks far
+// off. report.Parse refuses some of this (duplicates, generations); the
+// planner gets such reports from no other path, but must hold anyway.
+// Checked: Compute never panics; it places each instance of the model at
+// most once (placed or unschedulable, exactly once), only on nodes of the
+// inventory, so the plan's size follows the model, not the reports;
+// WaitsFor names exactly the nodes whose newest report lists the stateful
+// instance not stopped (the one place where a node outside the inventory
+// may appear); ghosts move nothing; the plan does not depend on the order
+// of the reports; and Pending lists each thing once, naming nodes outside
+// the inventory only for their own stops and moves off them.
+func TestPropertyHostileReportSizes(t *testing.T) {
+	hostileSeen := map[string]int{} // what the generator produced, across cases
+	defer func() {
+		for _, what := range []string{"report-of-thousands", "duplicate-in-report", "saturated-generation", "pending-stop", "warning:" + WarnNodeLeaving} {
+			if hostileSeen[what] == 0 && !t.Failed() {
+				t.Errorf("the generator never produced %s: %v", what, hostileSeen)
+			}
+		}
+	}()
+	rapid.Check(t, func(t *rapid.T) {
+		sc := genScenario(t)
+		m := sc.model
+		rng := rand.New(rand.NewPCG(rapid.Uint64().Draw(t, "seed"), 0))
+		var names []string
+		for _, inst := range m.Instances {
+			names = append(names, inst.Name)
+		}
+		for _, s := range m.Services {
+			names = append(names, s.Name, fmt.Sprintf("%s-%d", s.Name, s.Replicas), fmt.Sprintf("%s-%d", s.Name, 100000))
+		}
+		var volumes []string
+		for _, inst := range m.Instances {
+			for _, v := range inst.Spec.Volumes {
+				volumes = append(volumes, v.Name)
+			}
+		}
+		for _, n := range m.Nodes {
+			names = append(names, n.Name)
+		}
+		var inventory []string
+		for _, n := range m.Nodes {
+			inventory = append(inventory, n.Name)
+		}
+		pick := func(s []string) string { return s[rng.IntN(len(s))] }
+		hostile := func(node string) report.Report {
+			at := sc.now.Add(time.Duration(rng.IntN(120_000)-100_000) * time.Millisecond)
+			switch rng.IntN(8) {
+			case 0:
+				at = time.Unix(0, 0).UTC()
+			case 1:
+				at = sc.now.Add(time.Duration(1+rng.IntN(20*365*24)) * time.Hour)
+			case 2:
+				at = sc.now // ties with other copies of the node's report
+			}
+			r := reportOf(node, at)
+			r.Capacity = report.Capacity{CPU: render.CPU(rng.Int64N(1 << 40)), Memory: render.Bytes(rng.Int64N(1 << 62))}
+			r.Decommissioned = rng.IntN(4) == 0
+			n := rng.IntN(8)
+			switch rng.IntN(16) {
+			case 0:
+				n = 1000 + rng.IntN(2000) // thousands
+				hostileSeen["report-of-thousands"]++
+			case 1, 2, 3:
+				n = 50 + rng.IntN(250)
+			}
+			for range n {
+				name := fmt.Sprintf("x%d", rng.IntN(5000)) // unknown
+				if len(names) > 0 && rng.IntN(3) > 0 {
+					name = pick(names)
+				}
+				gen := rng.IntN(4)
+				switch rng.IntN(8) {
+				case 0:
+					gen = math.MaxInt
+				case 1:
+					gen = -1 - rng.IntN(10)
+				case 2:
+					gen = 1<<30 + rng.IntN(1<<20)
+				}
+				hash := fmt.Sprintf("%016x", rng.Uint64())
+				if inst := m.Instance(name); inst != nil && rng.IntN(2) == 0 {
+					hash = inst.SpecHash
+				}
+				var addr netip.Addr
+				switch rng.IntN(4) {
+				case 0:
+					addr = netip.AddrFrom4([4]byte{10, 200, byte(rng.IntN(256)), byte(rng.IntN(256))})
+				case 1:
+					if mn := m.Node(pick(inventory)); mn != nil && mn.PodCIDR.IsValid() {
+						addr = addrIn(mn.PodCIDR.Prefix, rng.IntN(256))
+					}
+				case 2:
+					addr = netip.MustParseAddr("fd00::1")
+				}
+				r.Instances = append(r.Instances, report.Instance{Name: name, State: report.States[rng.IntN(len(report.States))],
+					SpecHash: hash, Address: addr, Generation: gen, Restarts: rng.IntN(1 << 20)})
+			}
+			if len(r.Instances) > len(slices.CompactFunc(slices.SortedFunc(slices.Values(r.Instances), func(a, b report.Instance) int { return strings.Compare(a.Name, b.Name) }),
+				func(a, b report.Instance) bool { return a.Name == b.Name })) {
+				hostileSeen["duplicate-in-report"]++
+			}
+			for range rng.IntN(4) * (1 + n/10) {
+				v := fmt.Sprintf("vol%d", rng.IntN(1000)) // of no instance
+				if len(volumes) > 0 && rng.IntN(2) == 0 {
+					v = pick(volumes)
+				}
+				r.Volumes = append(r.Volumes, report.Volume{Name: v})
+			}
+			for _, g := range m.Ingresses {
+				if rng.IntN(3) == 0 {
+					r.Certificates = append(r.Certificates, report.Certificate{Host: g.Host, Expires: at.Add(time.Hour)})
+				}
+			}
+			return r
+		}
+		var onInventory, ghosts []report.Report
+		for range rapid.IntRange(0, 12).Draw(t, "hostileReports") {
+			onInventory = append(onInventory, hostile(pick(inventory)))
+		}
+		for range rapid.IntRange(0, 12).Draw(t, "ghostReports") {
+			ghosts = append(ghosts, hostile(fmt.Sprintf("ghost%d", rng.IntN(6))))
+		}
+		base := append(slices.Clone(sc.reports), onInventory...)
+		all := append(slices.Clone(base), ghosts...)
+		in := Input{Model: m, Commit: sc.commit, Reports: all, Now: sc.now}
+		p := Compute(in)
+
+		// Each instance of the model placed or unschedulable, exactly once,
+		// on a node of the inventory.
+		seen := map[string]int{}
+		for _, pl := range p.Placements {
+			seen[pl.Instance]++
+			if m.Instance(pl.Instance) == nil || m.Node(pl.Node) == nil {
+				t.Fatalf("placement %+v names an instance or a node outside the model", pl)
+			}
+		}
+		for _, u := range p.Unschedulable {
+			seen[u.Instance]++
+		}
+		for _, inst := range m.Instances {
+			if seen[inst.Name] != 1 {
+				t.Fatalf("%s placed or unschedulable %d times", inst.Name, seen[inst.Name])
+			}
+		}
+		if len(seen) != len(m.Instances) || len(p.Nodes) != len(m.Nodes) || len(p.Routes) > len(m.Nodes) || len(p.Ingresses) != len(m.Ingresses) {
+			t.Fatalf("plan size does not follow the model: %d instances named of %d, %d nodes of %d, %d routes, %d ingresses of %d",
+				len(seen), len(m.Instances), len(p.Nodes), len(m.Nodes), len(p.Routes), len(p.Ingresses), len(m.Ingresses))
+		}
+		for i, n := range p.Nodes {
+			if n.Name != m.Nodes[i].Name {
+				t.Fatalf("plan node %d is %s, want %s", i, n.Name, m.Nodes[i].Name)
+			}
+		}
+		for _, s := range p.Services {
+			svc := m.Service(s.Name)
+			if svc == nil || len(s.Endpoints) > len(svc.Instances)*len(m.Nodes) {
+				t.Fatalf("service %s: %d endpoints", s.Name, len(s.Endpoints))
+			}
+			for _, ep := range s.Endpoints {
+				if !slices.Contains(svc.Instances, ep.Instance) || m.Node(ep.Node) == nil || !planNode(p, ep.Node).Alive {
+					t.Fatalf("service %s: endpoint %+v", s.Name, ep)
+				}
+			}
+		}
+		for _, g := range p.Ingresses {
+			if g.Owner != "" && m.Node(g.Owner) == nil {
+				t.Fatalf("ingress %s served by %s, not in the inventory", g.Name, g.Owner)
+			}
+		}
+		for _, w := range p.Warnings {
+			hostileSeen["warning:"+w.Code]++
+			if len(w.Message) > 300+40*len(m.Nodes) {
+				t.Fatalf("warning of %d bytes: %.200s...", len(w.Message), w.Message)
+			}
+		}
+		// WaitsFor: exactly the nodes whose newest report lists the
+		// stateful instance in any state but stopped (any listing).
+		newest := map[string]*report.Report{}
+		for i := range all {
+			r := &all[i]
+			if cur := newest[r.Node]; cur == nil || newer(r, cur) {
+				newest[r.Node] = r
+			}
+		}
+		for _, pl := range p.Placements {
+			var want []string
+			if m.Instance(pl.Instance).Stateful {
+				for node, r := range newest {
+					if node != pl.Node && slices.ContainsFunc(r.Instances, func(ri report.Instance) bool {
+						return ri.Name == pl.Instance && ri.State != report.StateStopped
+					}) {
+						want = append(want, node)
+					}
+				}
+				slices.Sort(want)
+			}
+			if !slices.Equal(pl.WaitsFor, want) {
+				t.Fatalf("%s on %s waits for %v, want %v", pl.Instance, pl.Node, pl.WaitsFor, want)
+			}
+		}
+		// Generations: a copy its node reports keeps its generation; a new
+		// copy gets one above every other copy the inventory reports,
+		// saturating at the largest (never wrapping around to negative).
+		eff := effectiveReports(m, all, sc.now)
+		for _, pl := range p.Placements {
+			var own *report.Instance
+			top := 0
+			for node, r := range eff {
+				// A name listed twice in a report: the first listing.
+				if ri := r.Instance(pl.Instance); ri != nil {
+					top = max(top, ri.Generation)
+					if node == pl.Node {
+						own = ri
+					}
+				}
+			}
+			switch {
+			case own != nil && pl.Generation != own.Generation:
+				t.Fatalf("%s on %s: generation %d, its node reports %d", pl.Instance, pl.Node, pl.Generation, own.Generation)
+			case own == nil && (pl.Generation < 1 || pl.Generation < top || pl.Generation == top && top != math.MaxInt):
+				t.Fatalf("%s, a new copy on %s: generation %d, copies elsewhere up to %d", pl.Instance, pl.Node, pl.Generation, top)
+			}
+			if pl.Generation == math.MaxInt {
+				hostileSeen["saturated-generation"]++
+			}
+		}
+		// Ghosts move nothing.
+		pb := Compute(Input{Model: m, Commit: sc.commit, Reports: base, Now: sc.now})
+		if pb.PlanID != p.PlanID || !slices.Equal(aliveNames(pb), aliveNames(p)) {
+			t.Fatalf("ghost reports changed the plan: %v → %v", aliveNames(pb), aliveNames(p))
+		}
+		for i := range p.Placements {
+			a, b := pb.Placements[i], p.Placements[i]
+			a.WaitsFor, b.WaitsFor = nil, nil
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("ghost reports changed a placement: %+v → %+v", a, b)
+			}
+		}
+		// The order of the reports does not matter.
+		shuffled := slices.Clone(all)
+		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		if ps := Compute(Input{Model: m, Commit: sc.commit, Reports: shuffled, Now: sc.now}); !bytes.Equal(planJSON(t, ps), planJSON(t, p)) {
+			t.Fatalf("shuffling the reports changed the plan")
+		}
+		// Pending: each (action, instance, node) once; a node outside the
+		// inventory only where it stops what its newest report lists.
+		distinct := 0
+		for _, r := range newest {
+			ns := map[string]bool{}
+			for _, ri := range r.Instances {
+				ns[ri.Name] = true
+			}
+			distinct += len(ns)
+		}
+		pending := Pending(m, p, all)
+		if len(pending) > len(m.Instances)+distinct {
+			t.Fatalf("%d pending changes for %d instances and %d distinct listings", len(pending), len(m.Instances), distinct)
+		}
+		once := map[[3]string]bool{}
+		for _, c := range pending {
+			key := [3]string{c.Action, c.Instance, c.Node}
+			if once[key] {
+				t.Fatalf("pending change listed twice: %+v", c)
+			}
+			once[key] = true
+			switch {
+			case c.Action == ActionStop:
+				hostileSeen["pending-stop"]++
+				r := newest[c.Node]
+				if m.Node(c.Node) != nil || r == nil || !slices.ContainsFunc(r.Instances, func(ri report.Instance) bool {
+					return ri.Name == c.Instance && ri.State != report.StateStopped
+				}) {
+					t.Fatalf("stop %+v: not a node outside the inventory that lists it", c)
+				}
+			case c.Action == ActionRemove:
+				if m.Node(c.Node) == nil || !planNode(p, c.Node).Alive {
+					t.Fatalf("remove %+v on a node that is not alive in the inventory", c)
+				}
+			case c.Node != "" && m.Node(c.Node) == nil:
+				t.Fatalf("pending %+v on a node outside the inventory", c)
+			case m.Instance(c.Instance) == nil:
+				t.Fatalf("pending %+v of an instance outside the model", c)
+			}
+		}
+	})
 }

@@ -14,8 +14,11 @@ type Input struct {
 	// Commit is the spec commit being planned (hex), used to tell which
 	// nodes refused it; empty for a working tree.
 	Commit string
-	// Reports are the nodes' reports, in any order. Reports of nodes not in
-	// the inventory, and all but the newest of one node, are ignored.
+	// Reports are the nodes' reports, in any order. Only the newest of a
+	// node counts. Reports of nodes not in the inventory count for break
+	// before make only (Placement.WaitsFor) and are warned about
+	// (WarnNodeLeaving when they list instances not stopped); Pending lists
+	// what such a node still runs (ActionStop).
 	Reports []report.Report
 	// Now is the reader's clock: reports dated more than FutureLimit ahead
 	// of it are ignored, and ClusterTime runs at most MaxClockLead ahead of
@@ -186,4 +189,5 @@ const (
 	WarnIngressNoNode  = "ingress-without-node"
 	WarnRolloutPaused  = "rollout-paused"
 	WarnSpecNodeIgnore = "pin-overrides-constraints"
+	WarnNodeLeaving    = "node-leaving"
 )
