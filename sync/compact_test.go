@@ -150,8 +150,8 @@ func TestCompactionKeepsSkippedRefs(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, err := m.Fetch(ctx)
-	if err != nil || len(before.Skipped) != 1 {
-		t.Fatalf("fetch: skipped %v, err %v", before.Skipped, err)
+	if err != nil || len(before.Skipped) != 1 || before.Refused != nil {
+		t.Fatalf("fetch: skipped %v, refused %v, err %v", before.Skipped, before.Refused, err)
 	}
 	if err := m.Compact(ctx); err != nil {
 		t.Fatal(err)
@@ -162,6 +162,20 @@ func TestCompactionKeepsSkippedRefs(t *testing.T) {
 	}
 	if _, ok := after.Reports["n2"]; ok {
 		t.Error("the bomb's report ref is in the compacted mirror")
+	}
+	// A tip holding the bomb is refused, and still is after a compaction
+	// (the compacted mirror has no branch of its own then: the agent
+	// refuses the tip by its hash).
+	git(t, remote, "", "update-ref", "refs/heads/main", commit)
+	refused, err := m.Fetch(ctx)
+	if err != nil || refused.Refused == nil || refused.Refused.Hash.String() != commit {
+		t.Fatalf("a bomb tip: refused %v, err %v", refused.Refused, err)
+	}
+	if err := m.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after, err = m.Refs(); err != nil || after.Refused == nil || after.Refused.Hash.String() != commit {
+		t.Fatalf("after compaction the bomb tip is no longer refused: %+v (%v)", after, err)
 	}
 }
 
