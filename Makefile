@@ -29,6 +29,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./report
 	$(GO) test -run='^$$' -fuzz='^FuzzPushRef$$' -fuzztime=5s ./sync
 	$(GO) test -run='^$$' -fuzz='^FuzzAuthenticate$$' -fuzztime=5s ./sync
+	$(GO) test -run='^$$' -fuzz='^FuzzCommitFS$$' -fuzztime=5s ./sync
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 

@@ -155,9 +155,15 @@ func (w *gitWorker) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		if spec != nil && spec.NeedsCompaction() {
+		// Compaction follows a fetch that worked (it clones afresh: with
+		// the remote down it would fail too), and bounds each mirror's
+		// disk use (sync.CompactBound).
+		for _, m := range []*sync.Mirror{spec, reports} {
+			if res.err != nil || m == nil || !m.NeedsCompaction() {
+				continue
+			}
 			cctx, cancel := context.WithTimeout(ctx, 2*w.opts.GitTimeout)
-			if err := spec.Compact(cctx); err != nil {
+			if err := m.Compact(cctx); err != nil {
 				w.log.Warn("compacting the mirror", "err", err)
 			}
 			cancel()
@@ -194,15 +200,16 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 	if err != nil {
 		return fetchResult{err: err, stage: "fetch"}
 	}
-	if refs.Tip.IsZero() {
-		return fetchResult{err: errors.New("branch " + w.opts.Remote.Branch + " not found in the repository"), stage: "fetch"}
-	}
 	// A tip whose objects break the fetch limits was left out of the
-	// fetch: it is refused like an invalid commit, by its hash.
+	// fetch: it is refused like an invalid commit, by its hash (a mirror
+	// made afresh, or compacted, then has no branch of its own).
 	var tipRefused error
 	if refs.Refused != nil {
 		refs.Tip = refs.Refused.Hash
 		tipRefused = fmt.Errorf("%w: %s", render.ErrTooLarge, refs.Refused.Reason)
+	}
+	if refs.Tip.IsZero() {
+		return fetchResult{err: errors.New("branch " + w.opts.Remote.Branch + " not found in the repository"), stage: "fetch"}
 	}
 	reportRefs := refs
 	src := *spec

@@ -211,6 +211,16 @@ func (p *publisher) push(ctx context.Context, m **sync.Mirror, pub *publication,
 			return fmt.Errorf("sign the report: %w", err)
 		}
 	}
-	_, err := (*m).PublishSigned(ctx, p.node, data, sig, r.Time)
-	return err
+	if _, err := (*m).PublishSigned(ctx, p.node, data, sig, r.Time); err != nil {
+		return err
+	}
+	// Each push leaves the objects of the report it replaced: drop them
+	// from time to time (sync.Mirror.NeedsCompaction), so that the
+	// repository holds little more than the last report.
+	if (*m).NeedsCompaction() {
+		if err := (*m).Prune(); err != nil {
+			p.log.Warn("pruning the publisher's repository", "err", err)
+		}
+	}
+	return nil
 }

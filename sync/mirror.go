@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,15 +110,37 @@ type Mirror struct {
 	reportPrefix string
 	auth         transport.AuthMethod
 	repo         *git.Repository
-	fetches      int
+	// writes counts the fetches and publications since the mirror was
+	// made or last compacted.
+	writes int
+	// size is the mirror's size on disk after the last fetch or
+	// publication; baseline its size when it was made or last compacted.
+	size, baseline int64
 	// skipped are the refs the last fetch left out (fetchAround).
 	skipped map[plumbing.ReferenceName]SkippedRef
 }
 
-// compactEvery is how many fetches a mirror makes before it compacts
-// itself: repeated depth-1 fetches grow .git/shallow and leave one pack per
-// fetch.
+// A mirror compacts itself (NeedsCompaction) after compactEvery fetches or
+// publications (repeated depth-1 fetches grow the shallow file and leave
+// one pack per fetch; each publication leaves a few loose objects), and as
+// soon as its size on disk passes CompactBound of its size when last made
+// or compacted: a fetch keeps the packs of every tip it brought, refused
+// or not, so pushes of large files (unsigned ones, say) would otherwise
+// fill the disk until the 500th fetch.
 const compactEvery = 500
+
+// MinCompactSize is the least size on disk a mirror may reach before it
+// compacts itself, whatever its baseline.
+const MinCompactSize = 64 << 20
+
+// CompactBound is the size on disk past which a mirror that measured
+// baseline bytes when made or last compacted compacts itself:
+// max(MinCompactSize, 2 × baseline).
+func CompactBound(baseline int64) int64 { return max(MinCompactSize, 2*baseline) }
+
+// baselineFile, in the mirror's directory, keeps the baseline across
+// restarts, so that reopening a grown mirror does not raise its bound.
+const baselineFile = "keel-baseline-size"
 
 // OpenMirror opens the mirror in dir, cloning the remote into it when it
 // does not exist yet.
@@ -131,6 +154,9 @@ func OpenMirror(ctx context.Context, dir string, remote Remote, reportPrefix str
 		return nil, err
 	}
 	m := &Mirror{dir: dir, remote: remote, reportPrefix: reportPrefix, auth: auth}
+	if err := finishCompaction(dir); err != nil {
+		return nil, fmt.Errorf("open mirror %s: %w", dir, err)
+	}
 	if err := removeBrokenRefs(dir); err != nil {
 		return nil, fmt.Errorf("open mirror %s: %w", dir, err)
 	}
@@ -138,14 +164,74 @@ func OpenMirror(ctx context.Context, dir string, remote Remote, reportPrefix str
 	switch {
 	case err == nil:
 		m.repo = repo
-		return m, nil
 	case !errors.Is(err, git.ErrRepositoryNotExists):
 		return nil, fmt.Errorf("open mirror %s: %w", dir, err)
+	default:
+		if m.repo, err = m.initRepo(dir); err != nil {
+			return nil, err
+		}
 	}
-	if m.repo, err = m.initRepo(dir); err != nil {
-		return nil, err
+	m.measure()
+	if b, err := os.ReadFile(filepath.Join(dir, baselineFile)); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n >= 0 {
+			m.baseline = n
+			return m, nil
+		}
+	}
+	// A new mirror, or one made before baselines were kept: what it holds
+	// now is its baseline.
+	m.baseline = m.size
+	if err := writeBaseline(dir, m.baseline); err != nil {
+		return nil, fmt.Errorf("open mirror %s: %w", dir, err)
 	}
 	return m, nil
+}
+
+// finishCompaction puts right what a compaction killed half-way left (see
+// Compact): the mirror moved to dir.old and the new one not yet in its
+// place, or a new one half-fetched in dir.new.
+func finishCompaction(dir string) error {
+	old := dir + ".old"
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Lstat(old); err == nil {
+			if err := os.Rename(old, dir); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.RemoveAll(dir + ".new"); err != nil {
+		return err
+	}
+	return os.RemoveAll(old)
+}
+
+// measure sets m.size to the mirror's size on disk: the sizes of its
+// files, each rounded up to a 4 KiB block (a loose object of 100 bytes
+// takes one). A file it cannot stat counts nothing.
+func (m *Mirror) measure() {
+	m.size = dirSize(m.dir)
+}
+
+func dirSize(dir string) int64 {
+	var size int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			size += (info.Size() + 4095) &^ 4095
+		}
+		return nil
+	})
+	return size
+}
+
+// Size returns the mirror's size on disk after its last fetch or
+// publication, and its size when it was made or last compacted.
+func (m *Mirror) Size() (now, baseline int64) { return m.size, m.baseline }
+
+func writeBaseline(dir string, n int64) error {
+	return os.WriteFile(filepath.Join(dir, baselineFile), []byte(strconv.FormatInt(n, 10)+"\n"), 0o600)
 }
 
 // removeBrokenRefs deletes the loose refs of the mirror in dir that do not
@@ -233,15 +319,21 @@ func (m *Mirror) Fetch(ctx context.Context) (Refs, error) {
 			if err != nil {
 				return Refs{}, err
 			}
-			m.fetches++
+			m.fetched()
 			return m.Refs()
 		}
 	}
 	if err := m.fetchAround(ctx); err != nil {
 		return Refs{}, err
 	}
-	m.fetches++
+	m.fetched()
 	return m.Refs()
+}
+
+// fetched counts a fetch or a publication, and measures the mirror.
+func (m *Mirror) fetched() {
+	m.writes++
+	m.measure()
 }
 
 func (m *Mirror) fetch(ctx context.Context, specs []config.RefSpec, prune bool) error {
@@ -461,23 +553,32 @@ func (m *Mirror) PublishSigned(ctx context.Context, node string, data, sig []byt
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return plumbing.ZeroHash, fmt.Errorf("push report to %s: %w", Redacted(m.remote.URL), RedactURL(err))
 	}
+	m.fetched()
 	return commitHash, nil
 }
 
-// NeedsCompaction reports whether the mirror has fetched often enough to be
-// compacted.
-func (m *Mirror) NeedsCompaction() bool { return m.fetches >= compactEvery }
+// NeedsCompaction reports whether the mirror should be compacted: it has
+// fetched or published compactEvery times, or its size on disk is past
+// CompactBound of its baseline.
+func (m *Mirror) NeedsCompaction() bool {
+	return m.writes >= compactEvery || m.size > CompactBound(m.baseline)
+}
 
 // Compact replaces the mirror with a fresh clone (the branch at depth 1 and
 // the report refs), so that the shallow file and the packs of many fetches
-// do not grow without bound. The old mirror stays in place until the new one
-// is complete.
+// do not grow without bound. The refs the mirror leaves out of its fetches
+// (fetchAround) are left out of the clone too, without being fetched again.
+//
+// The new clone is made in dir.new and synced to disk; the old mirror
+// stays in place until then, and is swapped out through dir.old. A
+// compaction killed at any point leaves a usable mirror: OpenMirror
+// removes dir.new, and puts dir.old back when dir is missing.
 func (m *Mirror) Compact(ctx context.Context) error {
 	tmp := m.dir + ".new"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	fresh := &Mirror{dir: tmp, remote: m.remote, reportPrefix: m.reportPrefix, auth: m.auth}
+	fresh := &Mirror{dir: tmp, remote: m.remote, reportPrefix: m.reportPrefix, auth: m.auth, skipped: m.skipped}
 	repo, err := fresh.initRepo(tmp)
 	if err != nil {
 		return err
@@ -487,8 +588,19 @@ func (m *Mirror) Compact(ctx context.Context) error {
 		os.RemoveAll(tmp)
 		return err
 	}
+	baseline := dirSize(tmp)
+	if err := writeBaseline(tmp, baseline); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if err := syncTree(tmp); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
 	old := m.dir + ".old"
-	os.RemoveAll(old)
+	if err := os.RemoveAll(old); err != nil {
+		return err
+	}
 	if err := os.Rename(m.dir, old); err != nil {
 		return err
 	}
@@ -496,13 +608,52 @@ func (m *Mirror) Compact(ctx context.Context) error {
 		_ = os.Rename(old, m.dir)
 		return err
 	}
+	if err := syncDir(filepath.Dir(m.dir)); err != nil {
+		return err
+	}
 	os.RemoveAll(old)
 	repo, err = git.PlainOpen(m.dir)
 	if err != nil {
 		return err
 	}
-	m.repo, m.fetches = repo, 0
+	m.repo, m.writes, m.skipped = repo, 0, fresh.skipped
+	m.baseline = baseline
+	m.measure()
 	return nil
+}
+
+// Prune compacts a mirror that only publishes (the publisher's, which
+// never fetches): it deletes the objects no ref reaches (the reports
+// published before the last), with no network. A prune killed half-way
+// leaves only unreachable objects behind, for the next one.
+func (m *Mirror) Prune() error {
+	if err := m.repo.Prune(git.PruneOptions{Handler: m.repo.DeleteObject}); err != nil {
+		return fmt.Errorf("prune %s: %w", m.dir, err)
+	}
+	m.measure()
+	m.writes, m.baseline = 0, m.size
+	return writeBaseline(m.dir, m.baseline)
+}
+
+// syncTree flushes every file and directory under dir to disk.
+func syncTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
 }
 
 // CommitFS is CommitFS for a commit of the mirror.
