@@ -155,3 +155,23 @@ func TestSubmoduleCheckoutGetsTheCommitsVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestNonUTF8NameGetsOneVerdict: a file whose name is not valid UTF-8 (git
+// takes any bytes) is refused by name as an invalid tree, alike by keel
+// validate on the checkout and by keel plan on the commit (the agents'
+// reader).
+func TestNonUTF8NameGetsOneVerdict(t *testing.T) {
+	dir := initRepo(t)
+	if err := os.WriteFile(filepath.Join(dir, "apps", "x\xff.yaml"), []byte("a: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, dir, "add", "-A")
+	git(t, dir, "commit", "-q", "-m", "a name that is not UTF-8")
+	const want = `apps: invalid tree: the entry "x\xff.yaml" is not valid UTF-8`
+	for _, args := range [][]string{{"validate", "--repo", dir}, {"plan", "--repo", dir, "--head", "HEAD"}} {
+		code, out, errOut := keelWithin(t, 30*time.Second, args...)
+		if code != cli.ExitInvalid || !strings.Contains(out+errOut, want) {
+			t.Errorf("keel %s: exit %d, want %d and %s:\n%s%s", args[0], code, cli.ExitInvalid, want, out, errOut)
+		}
+	}
+}

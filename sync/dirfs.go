@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/keel-dev/keel/render"
 )
@@ -219,6 +220,10 @@ func (d *dirFile) ReadDir(n int) ([]fs.DirEntry, error) {
 		entries, err := d.File.ReadDir(n)
 		entries = slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return e.Name() == ".git" })
 		for i, e := range entries {
+			// The commit reader's verdict on a name no io/fs path can hold.
+			if !utf8.ValidString(e.Name()) {
+				return nil, &fs.PathError{Op: "readdir", Path: d.path, Err: fmt.Errorf("%w: the entry %q is not valid UTF-8", render.ErrInvalidTree, e.Name())}
+			}
 			if e.IsDir() && d.fsys.isRepo(path.Join(d.path, e.Name())) {
 				entries[i] = gitlinkEntry{e}
 			}

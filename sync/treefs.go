@@ -10,6 +10,7 @@ import (
 	"strings"
 	gosync "sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -205,6 +206,8 @@ func badName(name string) string {
 		return fmt.Sprintf("an entry is named %q, which only git itself may use", name)
 	case strings.ContainsAny(name, "/\x00"):
 		return fmt.Sprintf("the entry %q has a slash or a NUL in its name", name)
+	case !utf8.ValidString(name):
+		return fmt.Sprintf("the entry %q is not valid UTF-8", name)
 	}
 	return ""
 }
