@@ -235,3 +235,67 @@ func TestPublisherRepositoryIsPruned(t *testing.T) {
 		t.Fatalf("a push after pruning: %v", err)
 	}
 }
+
+// TestFailedCompactionBacksOff: a compaction that fails (the remote went
+// away after the fetch) is not tried again at the very next fetch, each
+// a full clone, but after a few fetches, twice as many after each failure
+// in a row; one that succeeds resets the count.
+func TestFailedCompactionBacksOff(t *testing.T) {
+	bare, work := server(t)
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "repo")
+	m, err := sync.OpenMirror(ctx, dir, sync.Remote{URL: "file://" + bare, Branch: "main"}, render.DefaultReportRefPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 12<<20)
+	push := func(i int) {
+		t.Helper()
+		rand.Read(data)
+		if err := os.WriteFile(filepath.Join(work, "large.bin"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git(t, work, "", "add", "-A")
+		git(t, work, "", "commit", "-q", "-m", fmt.Sprint("push ", i))
+		git(t, work, "", "push", "-q", "server", "main")
+		if _, err := m.Fetch(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetches := 0
+	for !m.NeedsCompaction() {
+		push(fetches)
+		if fetches++; fetches > 12 {
+			t.Fatal("the mirror never needed a compaction")
+		}
+	}
+	away := bare + ".away"
+	for failure, wait := range []int{5, 10} {
+		if err := os.Rename(bare, away); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Compact(ctx); err == nil {
+			t.Fatal("a compaction without its remote succeeded")
+		}
+		if err := os.Rename(away, bare); err != nil {
+			t.Fatal(err)
+		}
+		for i := range wait {
+			if m.NeedsCompaction() {
+				t.Fatalf("after failure %d, a compaction is asked for after %d fetches, want %d", failure+1, i, wait)
+			}
+			if _, err := m.Fetch(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !m.NeedsCompaction() {
+			t.Fatalf("after failure %d and %d fetches, no compaction is asked for", failure+1, wait)
+		}
+	}
+	if err := m.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m.NeedsCompaction() {
+		t.Error("a compaction is still asked for after one succeeded")
+	}
+}

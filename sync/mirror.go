@@ -118,7 +118,14 @@ type Mirror struct {
 	size, baseline int64
 	// skipped are the refs the last fetch left out (fetchAround).
 	skipped map[plumbing.ReferenceName]SkippedRef
+	// failedCompactions counts the compactions that failed in a row; the
+	// next is not tried before writes reaches retryCompactionAt.
+	failedCompactions, retryCompactionAt int
 }
+
+// maxCompactionBackoff bounds how many fetches a failed compaction waits
+// before it is tried again (5, 10, 20, 40, 40, ... fetches).
+const maxCompactionBackoff = 40
 
 // A mirror compacts itself (NeedsCompaction) after compactEvery fetches or
 // publications (repeated depth-1 fetches grow the shallow file and leave
@@ -561,6 +568,9 @@ func (m *Mirror) PublishSigned(ctx context.Context, node string, data, sig []byt
 // fetched or published compactEvery times, or its size on disk is past
 // CompactBound of its baseline.
 func (m *Mirror) NeedsCompaction() bool {
+	if m.writes < m.retryCompactionAt {
+		return false // a compaction failed lately: a clone each fetch would cost more
+	}
 	return m.writes >= compactEvery || m.size > CompactBound(m.baseline)
 }
 
@@ -573,7 +583,20 @@ func (m *Mirror) NeedsCompaction() bool {
 // stays in place until then, and is swapped out through dir.old. A
 // compaction killed at any point leaves a usable mirror: OpenMirror
 // removes dir.new, and puts dir.old back when dir is missing.
+//
+// After a failure, NeedsCompaction waits a few fetches (twice as many after
+// each failure in a row, up to maxCompactionBackoff) before it asks again.
 func (m *Mirror) Compact(ctx context.Context) error {
+	if err := m.compact(ctx); err != nil {
+		m.failedCompactions++
+		m.retryCompactionAt = m.writes + min(maxCompactionBackoff, 5<<min(m.failedCompactions-1, 4))
+		return err
+	}
+	m.failedCompactions, m.retryCompactionAt = 0, 0
+	return nil
+}
+
+func (m *Mirror) compact(ctx context.Context) error {
 	tmp := m.dir + ".new"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
