@@ -27,10 +27,12 @@ import (
 // written on one clock, so that no move is missed however short it lasts.
 func TestStarvedAgentMovesNothingBack(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 8*time.Minute, localcluster.Options{})
+	c := newCluster(t, 8*time.Minute, localcluster.Options{Files: map[string]string{
+		"jails/anchor.yaml": jail("anchor", "n1", 9900, false),
+	}})
 	const starved = "n2"
 	peers := []string{"n1", "n3"}
-	c.converge("no workloads")
+	c.converge("first commit")
 	c.waitAllAlive()
 	c.commit("web", map[string]string{"apps/web.yaml": webService(6, "base/demo", "hello")})
 	c.converge("web")
