@@ -247,7 +247,9 @@ func (c *cluster) checkMoves(starved string, first map[string]placement) map[str
 			}
 			l.home = e.Node
 		default:
-			if l.home != starved {
+			if len(l.moves) > 0 && l.holders[starved] {
+				c.t.Errorf("%s started on %s at %s, a second copy for one death of %s (it had moved to %s)", e.Instance, e.Node, at, starved, l.home)
+			} else if l.home != starved {
 				c.t.Errorf("%s moved off %s, which was never starved, to %s at %s", e.Instance, l.home, e.Node, at)
 			}
 			l.moves = append(l.moves, e.At)
