@@ -274,6 +274,15 @@ func (c *Cluster) Start(node string, env ...string) error {
 // stopped or waited for: see Dead).
 func (c *Cluster) Running(node string) bool { return c.agents[node] != nil }
 
+// PID is the process id of node's agent (not of its instances), 0 when it
+// does not run: a test may signal it alone (SIGSTOP starves it).
+func (c *Cluster) PID(node string) int {
+	if p := c.agents[node]; p != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
+}
+
 // Dead returns an error naming every agent that was started, was not
 // stopped, and has exited, with the end of its log; nil when there is none.
 func (c *Cluster) Dead() error {
