@@ -315,12 +315,20 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		return false
 	}
 	a.gitOK, a.gitErr = true, ""
-	a.lastFetchOK = now
+	// What the fetch found is dated by when it began, not by when the loop
+	// took it in: a fetch that finished while this agent was stopped (or
+	// starved) must not make the peers' reports look a whole stop older
+	// than they were, nor the peers dead.
+	seen := now
+	if !res.started.IsZero() && res.started.Before(now) {
+		seen = res.started
+	}
+	a.lastFetchOK = seen
 	a.metrics.SyncDuration.Observe(res.took.Seconds())
 	a.metrics.SyncLastSuccess.Set(float64(now.Unix()))
 	if res.changedReports {
 		// The clock rule needs the peers' reports and when they were seen.
-		a.fetchedAt = now
+		a.fetchedAt = seen
 		a.peers = a.peers[:0]
 		for _, r := range res.reports {
 			if r.Node == a.opts.Node {

@@ -22,6 +22,10 @@ type fetchResult struct {
 	err   error
 	stage string // fetch or read, when err is set
 	took  time.Duration
+	// started is when the fetch began (the agent's clock): what it found
+	// is at most that fresh, however late the loop takes it in (a fetch
+	// that ends while the agent is stopped, say).
+	started time.Time
 
 	changedTip     bool
 	changedReports bool
@@ -136,13 +140,13 @@ func (w *gitWorker) run(ctx context.Context) {
 			time.AfterFunc(notBefore.Sub(now), w.fetchLater)
 			continue
 		}
-		start := time.Now()
+		start, started := time.Now(), w.opts.Now()
 		// A fetch under way is finished (bounded by its timeout) rather
 		// than cancelled at shutdown: go-git cannot always abandon a fetch
 		// from a local repository (it kills git-upload-pack, then waits for
 		// its children, which wait for it).
 		res := w.fetchOnce(context.WithoutCancel(ctx), &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys)
-		res.took = time.Since(start)
+		res.took, res.started = time.Since(start), started
 		if res.err != nil {
 			notBefore = time.Now().Add(retry.NextBackOff())
 		} else {
