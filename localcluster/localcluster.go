@@ -382,7 +382,12 @@ func (c *Cluster) Stop(node string, sig syscall.Signal) error {
 // Status asks node's agent for its status over its socket.
 func (c *Cluster) Status(ctx context.Context, node string) (agent.Status, error) {
 	var st agent.Status
+	// One connection per request, closed after it: a client per call that
+	// kept its connection alive would leave it idle on the agent's socket,
+	// whose connection limit then makes the next callers wait until the
+	// idle timeout reaps them.
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", filepath.Join(c.StateDir(node), "keel.sock"))
