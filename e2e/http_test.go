@@ -22,24 +22,9 @@ func TestHTTPBackend(t *testing.T) {
 	if skipReason != "" {
 		t.Skip(skipReason)
 	}
-	execPath, err := exec.Command("git", "--exec-path").Output()
-	if err != nil {
-		t.Skipf("git --exec-path: %v", err)
-	}
-	backend := filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend")
 	dir := t.TempDir()
 	var requests, pushes atomic.Int64
-	h := &cgi.Handler{
-		Path: backend,
-		Dir:  dir,
-		Env: []string{
-			"GIT_PROJECT_ROOT=" + dir, "GIT_HTTP_EXPORT_ALL=1",
-			"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-			// Anonymous pushes, for the reports (a real server would
-			// authenticate each node).
-			"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.receivepack", "GIT_CONFIG_VALUE_0=true",
-		},
-	}
+	h := gitHTTPBackend(t, dir)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
 		if strings.Contains(r.URL.RawQuery, "git-receive-pack") || strings.HasSuffix(r.URL.Path, "git-receive-pack") {
@@ -65,5 +50,25 @@ func TestHTTPBackend(t *testing.T) {
 	}
 	if requests.Load() == 0 || pushes.Load() == 0 {
 		t.Fatalf("the HTTP server saw %d requests, %d of them pushes", requests.Load(), pushes.Load())
+	}
+}
+
+// gitHTTPBackend is git's own git http-backend serving the repositories of
+// dir (anonymous pushes allowed, for the reports: a real server would
+// authenticate each node). It skips the test when git has no exec path.
+func gitHTTPBackend(t *testing.T, dir string) *cgi.Handler {
+	t.Helper()
+	execPath, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		t.Skipf("git --exec-path: %v", err)
+	}
+	return &cgi.Handler{
+		Path: filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend"),
+		Dir:  dir,
+		Env: []string{
+			"GIT_PROJECT_ROOT=" + dir, "GIT_HTTP_EXPORT_ALL=1",
+			"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+			"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.receivepack", "GIT_CONFIG_VALUE_0=true",
+		},
 	}
 }

@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/http/cgi"
 	"net/http/httptest"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,21 +24,8 @@ func TestSlowFetchKeepsNodeAlive(t *testing.T) {
 	if skipReason != "" {
 		t.Skip(skipReason)
 	}
-	execPath, err := exec.Command("git", "--exec-path").Output()
-	if err != nil {
-		t.Skipf("git --exec-path: %v", err)
-	}
-	backend := filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend")
 	dir := t.TempDir()
-	h := &cgi.Handler{
-		Path: backend,
-		Dir:  dir,
-		Env: []string{
-			"GIT_PROJECT_ROOT=" + dir, "GIT_HTTP_EXPORT_ALL=1",
-			"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-			"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.receivepack", "GIT_CONFIG_VALUE_0=true",
-		},
-	}
+	h := gitHTTPBackend(t, dir)
 	delay := 3 * ttl // each of n2's fetches takes this long
 	var slow atomic.Bool
 	var held atomic.Int64
