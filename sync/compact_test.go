@@ -56,17 +56,10 @@ func TestMirrorSizeIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := make([]byte, blob)
 	var largest int64
 	compactions := 0
 	for i := range pushes {
-		rand.Read(data)
-		if err := os.WriteFile(filepath.Join(work, "large.bin"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		git(t, work, "", "add", "-A")
-		git(t, work, "", "commit", "-q", "-m", fmt.Sprint("push ", i))
-		git(t, work, "", "push", "-q", "server", "main")
+		pushRandom(t, work, blob, i)
 		refs, err := m.Fetch(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -248,16 +241,9 @@ func TestFailedCompactionBacksOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := make([]byte, 12<<20)
 	push := func(i int) {
 		t.Helper()
-		rand.Read(data)
-		if err := os.WriteFile(filepath.Join(work, "large.bin"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		git(t, work, "", "add", "-A")
-		git(t, work, "", "commit", "-q", "-m", fmt.Sprint("push ", i))
-		git(t, work, "", "push", "-q", "server", "main")
+		pushRandom(t, work, 12<<20, i)
 		if _, err := m.Fetch(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -298,4 +284,18 @@ func TestFailedCompactionBacksOff(t *testing.T) {
 	if m.NeedsCompaction() {
 		t.Error("a compaction is still asked for after one succeeded")
 	}
+}
+
+// pushRandom commits size random bytes as large.bin in the work tree and
+// pushes it to the server: a commit that does not compress.
+func pushRandom(t *testing.T, work string, size, i int) {
+	t.Helper()
+	data := make([]byte, size)
+	rand.Read(data)
+	if err := os.WriteFile(filepath.Join(work, "large.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, work, "", "add", "-A")
+	git(t, work, "", "commit", "-q", "-m", fmt.Sprint("push ", i))
+	git(t, work, "", "push", "-q", "server", "main")
 }
