@@ -215,3 +215,11 @@ func TestLeaksFindsLeftovers(t *testing.T) {
 		t.Fatalf("expected VIP/route reported: %q", l)
 	}
 }
+
+func writeFile(root, p, content string) error {
+	full := filepath.Join(root, p)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(full, []byte(content), 0o644)
+}
