@@ -25,7 +25,7 @@ func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Posit
 		Image:         in.Image,
 		Command:       in.Command,
 		Env:           nonEmpty(in.Env),
-		Network:       Network{VNet: in.Network.VNet, Bridge: in.Network.Bridge, Address: in.Network.Address},
+		Network:       Network{VNet: in.Network.VNet, Bridge: in.Network.Bridge, Address: Addr{in.Network.Address.Addr}},
 		Resources:     Resources{CPU: in.Resources.CPU, Memory: in.Resources.Memory},
 		RestartPolicy: in.RestartPolicy,
 	}
@@ -191,7 +191,7 @@ func (r *renderer) buildInstances(m *Model) {
 			Source:       d.at(""),
 		}
 		if a := spec.Network.Address; a.IsValid() {
-			r.placeAddress(&inst, d.at, m)
+			r.placeAddress(&inst, d.v.Spec.Network.Address.Prefix, d.at, m)
 			if other, dup := addrs[a.Addr]; dup {
 				r.diag.errorf(d.at("spec.network.address"), "spec.network.address", "%s is also the address of %s", a, other)
 			}
@@ -344,8 +344,10 @@ func (r *renderer) overCap(m *Model) bool {
 }
 
 // placeAddress checks a Jail's explicit address and binds the Jail to the
-// node whose subnet holds it.
-func (r *renderer) placeAddress(inst *Instance, at func(string) Position, m *Model) {
+// node whose subnet holds it. written is the address with the prefix length
+// the spec gave it (invalid when written bare): that prefix must be the
+// node's subnet, so that the address means on the node what it says.
+func (r *renderer) placeAddress(inst *Instance, written netip.Prefix, at func(string) Position, m *Model) {
 	a := inst.Spec.Network.Address.Addr
 	const field = "spec.network.address"
 	var owner *Node
@@ -363,6 +365,10 @@ func (r *renderer) placeAddress(inst *Instance, at func(string) Position, m *Mod
 		r.diag.errorf(at(field), field, "%s is the network or broadcast address of node %s's subnet %s", a, owner.Name, owner.PodCIDR)
 	case 1:
 		r.diag.errorf(at(field), field, "%s is the bridge address of node %s's subnet %s (.1 is reserved)", a, owner.Name, owner.PodCIDR)
+	}
+	if written.IsValid() && written.Masked() != owner.PodCIDR.Prefix {
+		r.diag.errorf(at(field), field, "%s: the prefix length must be that of node %s's subnet %s (write %s/%d, or the bare address %s)",
+			written, owner.Name, owner.PodCIDR, a, owner.PodCIDR.Bits(), a)
 	}
 	if inst.Node != "" && inst.Node != owner.Name {
 		r.diag.errorf(at(field), field, "%s is in node %s's subnet %s, but spec.node is %s", a, owner.Name, owner.PodCIDR, inst.Node)
