@@ -652,7 +652,7 @@ spec:
 		want: []corpusDiag{{"jails/tools.yaml", 10, 13, "spec.volumes[1].name", `duplicate volume "data" (also volumes[0])`}},
 	},
 	{
-		name: "volume name shared by two Jails",
+		name: "volume name shared by two Jails on no node",
 		files: map[string]string{
 			"jails/a.yaml": `apiVersion: keel/v1
 kind: Jail
@@ -675,7 +675,148 @@ spec:
       mountPath: /var/db
 `,
 		},
-		want: []corpusDiag{{"jails/b.yaml", 8, 13, "spec.volumes[0].name", `volume "data" is also a volume of a`}},
+		want: []corpusDiag{{"jails/b.yaml", 8, 13, "spec.volumes[0].name", `volume "data" is also a volume of a: Jails share a volume only when spec.node (or the address) pins both to the same node (b: no node, a: no node)`}},
+	},
+	{
+		name: "volume shared by a Jail pinned to a node and one that is not",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - name: data
+      mountPath: /var/db
+`,
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  nodeSelector: {disk: ssd}
+  volumes:
+    - name: data
+      mountPath: /var/db
+`,
+		},
+		want: []corpusDiag{{"jails/b.yaml", 9, 13, "spec.volumes[0].name", `volume "data" is also a volume of a: Jails share a volume only when spec.node (or the address) pins both to the same node (b: no node, a: node n1)`}},
+	},
+	{
+		name: "volume shared by Jails pinned to different nodes",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - {name: data, mountPath: /var/db}
+`,
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.2.10/24
+  volumes:
+    - {name: data, mountPath: /var/db}
+`,
+		},
+		want: []corpusDiag{{"jails/b.yaml", 10, 14, "spec.volumes[0].name", `volume "data" is also a volume of a: Jails share a volume only when spec.node (or the address) pins both to the same node (b: node n2, a: node n1)`}},
+	},
+	{
+		name: "volume shared on one node with different sizes",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - {name: data, mountPath: /var/db, size: 10G}
+`,
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - name: data
+      mountPath: /srv/data
+      size: 20G
+`,
+		},
+		want: []corpusDiag{{"jails/b.yaml", 11, 13, "spec.volumes[0].size", `volume "data" is also a volume of a with size 10G, here size 20G: Jails that share a volume must give it the same size`}},
+	},
+	{
+		name: "volume shared on one node, sized by one Jail only",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - {name: data, mountPath: /var/db, size: 10G}
+`,
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - name: data
+      mountPath: /srv/data
+`,
+		},
+		want: []corpusDiag{{"jails/b.yaml", 9, 13, "spec.volumes[0].name", `volume "data" is also a volume of a with size 10G, here no size: Jails that share a volume must give it the same size`}},
+	},
+	{
+		name: "replica's volume named like a Jail's on the same node",
+		files: map[string]string{
+			"apps/db.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: db
+spec:
+  replicas: 1
+  port: 5432
+  template:
+    image: base/14.2-postgres
+    node: n1
+    volumes:
+      - name: data
+        mountPath: /var/db/postgres
+`,
+			"jails/backup.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: backup
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - name: db-0-data
+      mountPath: /backup
+`,
+		},
+		want: []corpusDiag{{"apps/db.yaml", 12, 15, "spec.template.volumes[0].name", `volume "db-0-data" is also a volume of backup: only Jails pinned to one node may share a volume, never a Service's replica`}},
 	},
 	{
 		name: "Jail volume named like a replica's expanded volume",
@@ -2328,6 +2469,54 @@ spec:
 }
 
 var corpusValid = []corpusValidCase{
+	{
+		name: "two Jails pinned to one node share a volume",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - {name: data, mountPath: /var/db, size: 10G}
+`,
+			// b is pinned to n1 by its address, and c by spec.node too.
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.20/24
+  volumes:
+    - {name: data, mountPath: /srv/data, size: 10240M}
+    - {name: own, mountPath: /var/log}
+---
+apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: c
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - {name: data, mountPath: /data, size: 10G}
+`,
+		},
+		check: func(t *testing.T, m *render.Model) {
+			for _, name := range []string{"a", "b", "c"} {
+				inst := corpusInstance(t, m, name)
+				corpusEqual(t, name+".Node", inst.Node, "n1")
+				corpusEqual(t, name+".Stateful", inst.Stateful, true)
+				corpusEqual(t, name+".Spec.Volumes[0].Name", inst.Spec.Volumes[0].Name, "data")
+				corpusEqual(t, name+".Spec.Volumes[0].Size", inst.Spec.Volumes[0].Size, render.Bytes(10<<30))
+			}
+			corpusEqual(t, "b.Spec.Volumes[0].MountPath", corpusInstance(t, m, "b").Spec.Volumes[0].MountPath, "/srv/data")
+		},
+	},
 	{
 		name:  "Jail address in CIDR form renders as the bare address",
 		files: map[string]string{"jails/tools.yaml": corpusToolsAt("10.200.2.10/24")},

@@ -149,8 +149,8 @@ func matches(labels, selector map[string]string) bool {
 }
 
 func (r *renderer) buildInstances(m *Model) {
-	names := map[string]Position{}   // instance name → where it was declared
-	volumes := map[string]string{}   // volume name → instance
+	names := map[string]Position{} // instance name → where it was declared
+	volumes := map[string]volumeClaim{}
 	addrs := map[netip.Addr]string{} // explicit address → instance
 	claim := func(name string, pos Position, what string) bool {
 		if first, dup := names[name]; dup {
@@ -166,10 +166,28 @@ func (r *renderer) buildInstances(m *Model) {
 			if len(v.Name) > MaxNameLength {
 				r.diag.errorf(at(vf), vf, "volume name %q is longer than %d characters", v.Name, MaxNameLength)
 			}
-			if owner, dup := volumes[v.Name]; dup && owner != inst.Name {
-				r.diag.errorf(at(vf), vf, "volume %q is also a volume of %s", v.Name, owner)
+			first, dup := volumes[v.Name]
+			if !dup {
+				volumes[v.Name] = volumeClaim{inst: inst.Name, service: inst.Service, node: inst.Node, size: v.Size}
+				continue
 			}
-			volumes[v.Name] = inst.Name
+			if first.inst == inst.Name {
+				continue
+			}
+			switch {
+			case first.service != "" || inst.Service != "":
+				r.diag.errorf(at(vf), vf, "volume %q is also a volume of %s: only Jails pinned to one node may share a volume, never a Service's replica", v.Name, first.inst)
+			case first.node == "" || first.node != inst.Node:
+				r.diag.errorf(at(vf), vf, "volume %q is also a volume of %s: Jails share a volume only when spec.node (or the address) pins both to the same node (%s: %s, %s: %s)",
+					v.Name, first.inst, inst.Name, nodeText(inst.Node), first.inst, nodeText(first.node))
+			case first.size != v.Size:
+				sf := fmt.Sprintf("%s.volumes[%d].size", field, i)
+				if v.Size == 0 {
+					sf = vf
+				}
+				r.diag.errorf(at(sf), sf, "volume %q is also a volume of %s with %s, here %s: Jails that share a volume must give it the same size",
+					v.Name, first.inst, sizeText(first.size), sizeText(v.Size))
+			}
 		}
 	}
 
@@ -287,6 +305,28 @@ func (r *renderer) buildInstances(m *Model) {
 	}
 	slices.SortFunc(m.Instances, func(a, b Instance) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(m.Services, func(a, b Service) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// volumeClaim is the first instance found to name a volume: a second may
+// name it too only when both are Jails pinned to the same node and give it
+// the same size (a shared volume).
+type volumeClaim struct {
+	inst, service, node string
+	size                Bytes
+}
+
+func nodeText(node string) string {
+	if node == "" {
+		return "no node"
+	}
+	return "node " + node
+}
+
+func sizeText(b Bytes) string {
+	if b == 0 {
+		return "no size"
+	}
+	return "size " + b.String()
 }
 
 // replicas is the number of replicas d declares, 0 when that number is
