@@ -788,6 +788,37 @@ spec:
 		want: []corpusDiag{{"jails/b.yaml", 9, 13, "spec.volumes[0].name", `volume "data" is also a volume of a with size 10G, here no size: Jails that share a volume must give it the same size`}},
 	},
 	{
+		name: "volume shared with a Jail whose address is wrong is one error, not also an unpinned sharer",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.9.10
+  volumes:
+    - {name: data, mountPath: /var/db}
+`,
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.255/24
+  volumes:
+    - {name: data, mountPath: /var/db}
+`,
+		},
+		want: []corpusDiag{
+			{"jails/a.yaml", 8, 14, "spec.network.address", "10.200.9.10 is in no node's subnet"},
+			{"jails/b.yaml", 8, 14, "spec.network.address", `"10.200.1.255/24" is the broadcast address of 10.200.1.0/24, not a host address`},
+		},
+	},
+	{
 		name: "replica's volume named like a Jail's on the same node",
 		files: map[string]string{
 			"apps/db.yaml": `apiVersion: keel/v1

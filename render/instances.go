@@ -160,7 +160,10 @@ func (r *renderer) buildInstances(m *Model) {
 		names[name] = pos
 		return true
 	}
-	claimVolumes := func(inst *Instance, at func(string) Position, field string) {
+	// unplaced is true for a Jail whose explicit address is in error: it
+	// would have fixed the node, so the node is not compared (no second
+	// error about the same mistake).
+	claimVolumes := func(inst *Instance, at func(string) Position, field string, unplaced bool) {
 		for i, v := range inst.Spec.Volumes {
 			vf := fmt.Sprintf("%s.volumes[%d].name", field, i)
 			if len(v.Name) > MaxNameLength {
@@ -168,7 +171,7 @@ func (r *renderer) buildInstances(m *Model) {
 			}
 			first, dup := volumes[v.Name]
 			if !dup {
-				volumes[v.Name] = volumeClaim{inst: inst.Name, service: inst.Service, node: inst.Node, size: v.Size}
+				volumes[v.Name] = volumeClaim{inst: inst.Name, service: inst.Service, node: inst.Node, unplaced: unplaced, size: v.Size}
 				continue
 			}
 			if first.inst == inst.Name {
@@ -177,7 +180,7 @@ func (r *renderer) buildInstances(m *Model) {
 			switch {
 			case first.service != "" || inst.Service != "":
 				r.diag.errorf(at(vf), vf, "volume %q is also a volume of %s: only Jails pinned to one node may share a volume, never a Service's replica", v.Name, first.inst)
-			case first.node == "" || first.node != inst.Node:
+			case !first.unplaced && !unplaced && (first.node == "" || first.node != inst.Node):
 				r.diag.errorf(at(vf), vf, "volume %q is also a volume of %s: Jails share a volume only when spec.node (or the address) pins both to the same node (%s: %s, %s: %s)",
 					v.Name, first.inst, inst.Name, nodeText(inst.Node), first.inst, nodeText(first.node))
 			case first.size != v.Size:
@@ -218,7 +221,7 @@ func (r *renderer) buildInstances(m *Model) {
 		if !claim(name, d.at("metadata.name"), "") {
 			continue
 		}
-		claimVolumes(&inst, d.at, "spec")
+		claimVolumes(&inst, d.at, "spec", inst.Node == "" && d.written("spec.network.address"))
 		inst.SpecHash = SpecHash(inst.Spec)
 		m.Instances = append(m.Instances, inst)
 	}
@@ -293,7 +296,7 @@ func (r *renderer) buildInstances(m *Model) {
 			if !claim(rname, d.at("metadata.name"), fmt.Sprintf(" (replica %d of Service %s)", i, name)) {
 				continue
 			}
-			claimVolumes(&inst, d.at, "spec.template")
+			claimVolumes(&inst, d.at, "spec.template", false)
 			inst.SpecHash = statelessHash
 			if inst.SpecHash == "" {
 				inst.SpecHash = SpecHash(inst.Spec)
@@ -312,6 +315,7 @@ func (r *renderer) buildInstances(m *Model) {
 // the same size (a shared volume).
 type volumeClaim struct {
 	inst, service, node string
+	unplaced            bool // see claimVolumes
 	size                Bytes
 }
 
