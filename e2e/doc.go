@@ -1,6 +1,7 @@
 // Package e2e holds Keel's end-to-end tests: real keel agent processes on
 // the process driver, pulling from a real git repository served by git's
-// own binaries, all on loopback (see localcluster). It has no code of its
+// own binaries, all on loopback (see localcluster); Linux only (the process
+// driver and /proc), hence the build tag on every test file. It has no code of its
 // own outside its tests, and nothing may import it.
 //
 // The tests skip when git is not installed. The benchmarks are not part of
