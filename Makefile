@@ -9,12 +9,28 @@ FUZZTIME  ?= 10s
 export GIT_CONFIG_GLOBAL := /dev/null
 export GIT_CONFIG_NOSYSTEM := 1
 
-.PHONY: all build test fuzz lint bench demo clean
+.PHONY: all build build-freebsd vet-freebsd test fuzz lint bench demo clean FORCE
 
 all: lint build test
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/keel
+
+## build-freebsd: static keel binaries for FreeBSD (docs/install-freebsd.md),
+## bin/keel-freebsd-amd64 and bin/keel-freebsd-arm64.
+FREEBSD_BINS := $(BIN)-freebsd-amd64 $(BIN)-freebsd-arm64
+
+build-freebsd: $(FREEBSD_BINS)
+
+$(FREEBSD_BINS): FORCE
+	CGO_ENABLED=0 GOOS=freebsd GOARCH=$(patsubst $(BIN)-freebsd-%,%,$@) \
+		$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/keel
+
+## vet-freebsd: go vet as the FreeBSD build sees the code (its build tags).
+vet-freebsd:
+	GOOS=freebsd $(GO) vet ./...
+
+FORCE:
 
 ## test: the unit, golden and end-to-end tests under the race detector, then
 ## a short run of each fuzz target.
