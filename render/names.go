@@ -139,3 +139,22 @@ func CheckName(name string) error {
 	}
 	return nil
 }
+
+// CheckImage returns an error when image is not a valid image name
+// (base/<name>, never climbing out of base/), for drivers that turn it into
+// a dataset or a path.
+func CheckImage(image string) error {
+	if msg := checkImage(image); msg != "" {
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// CheckMountPath returns an error when p is not a valid mount path inside a
+// jail (absolute, not the root, no ".." segment, no NUL byte).
+func CheckMountPath(p string) error {
+	if msg := checkMountPath(p); msg != "" {
+		return errors.New(msg)
+	}
+	return nil
+}
