@@ -158,3 +158,21 @@ func CheckMountPath(p string) error {
 	}
 	return nil
 }
+
+// CheckBridge returns an error when name is not a Keel bridge name
+// (keel<N>): "the bridge exists" counts as success, so any other name could
+// attach jails to a host interface (docs/freebsd-notes.md §0).
+func CheckBridge(name string) error {
+	if !bridgeName.MatchString(name) {
+		return fmt.Errorf("%q is not a Keel bridge name (want keel<N>, e.g. keel0)", name)
+	}
+	return nil
+}
+
+// CheckPool returns an error when name is not a ZFS pool name.
+func CheckPool(name string) error {
+	if !poolName.MatchString(name) || len(name) > 200 {
+		return fmt.Errorf("%q is not a ZFS pool name", name)
+	}
+	return nil
+}
