@@ -54,9 +54,11 @@ func (d *Driver) baseSnapshot(ctx context.Context, image string) (string, error)
 	if !ok {
 		return "", fmt.Errorf("image %s: the dataset %s does not exist (create the base image on this node first)", image, base)
 	}
-	// -d 1 lists the base and its snapshots; -s createtxg sorts them
-	// oldest first (zfs-list(8)).
-	out, err := d.must(ctx, "zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-s", "createtxg", "-d", "1", base)
+	// -d 1 lists the base's own snapshots, and zfs list orders the
+	// snapshots of one dataset by creation transaction group, oldest first
+	// (sys/contrib/openzfs/cmd/zfs/zfs_iter.c zfs_compare: "we want to sort
+	// them according to creation time ... CREATETXG").
+	out, err := d.must(ctx, "zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-d", "1", base)
 	if err != nil {
 		return "", err
 	}
