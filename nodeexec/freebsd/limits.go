@@ -35,7 +35,7 @@ func limitRules(instance string, r render.Resources) ([]rctlRule, error) {
 		if pcpu == 0 {
 			return nil, fmt.Errorf("cpu %s is less than 1%% of a core, which rctl cannot limit (pcpu:deny=0 would freeze the jail)", r.CPU)
 		}
-		if pcpu > maxPCPU {
+		if pcpu > maxPCPU || r.CPU > maxPCPU*10 {
 			return nil, fmt.Errorf("cpu %s is more than 1024 cores", r.CPU)
 		}
 		rules = append(rules, rctlRule{Subject: "jail", ID: jail, Resource: "pcpu", Action: "deny", Amount: pcpu})
