@@ -146,16 +146,18 @@ func (d *Driver) attach(ctx context.Context, spec nodeexec.InstanceSpec, rec *in
 	}
 	gw := gateway(addr)
 	d.netMu.Lock()
-	err = d.attachLocked(ctx, bridge, addr, gw, rec)
+	fresh, err := d.attachLocked(ctx, bridge, addr, gw, rec)
 	d.netMu.Unlock()
 	if err != nil {
 		return err
 	}
 	jail := jailName(spec.Name)
 	a, b := epairA(rec.Epair), epairB(rec.Epair)
-	exists, err := d.ifaceExists(ctx, a)
-	if err != nil {
-		return err
+	exists := false // a fresh ordinal was just found free
+	if !fresh {
+		if exists, err = d.ifaceExists(ctx, a); err != nil {
+			return err
+		}
 	}
 	if !exists {
 		// Creates epair<N>a and epair<N>b (sbin/ifconfig/ifclone.c).
@@ -176,7 +178,8 @@ func (d *Driver) attach(ctx context.Context, spec nodeexec.InstanceSpec, rec *in
 			return err
 		}
 	}
-	if _, err := d.must(ctx, "jexec", jail, "/sbin/ifconfig", b, "inet", addr.String()); err != nil {
+	// Again on a restart: "File exists" (docs/freebsd-notes.md §10.13).
+	if _, err := d.tolerate(ctx, msgExists, "jexec", jail, "/sbin/ifconfig", b, "inet", addr.String()); err != nil {
 		return err
 	}
 	if _, err := d.must(ctx, "jexec", jail, "/sbin/ifconfig", b, "up"); err != nil {
@@ -189,17 +192,19 @@ func (d *Driver) attach(ctx context.Context, spec nodeexec.InstanceSpec, rec *in
 // attachLocked does the node-wide part of attach under d.netMu: the
 // instance's record (bridge, address, epair ordinal) first, so that a
 // concurrent Destroy of the subnet's last other jail keeps the gateway,
-// then the bridge and the gateway alias.
-func (d *Driver) attachLocked(ctx context.Context, bridge string, addr, gw netip.Prefix, rec *instanceRecord) error {
+// then the bridge and the gateway alias. fresh reports whether the epair
+// ordinal was allocated now (its interface was just seen not to exist).
+func (d *Driver) attachLocked(ctx context.Context, bridge string, addr, gw netip.Prefix, rec *instanceRecord) (fresh bool, err error) {
 	if rec.Epair == 0 {
+		fresh = true
 		n := d.net.NextEpair
 		for ; ; n++ {
 			if n >= d.net.NextEpair+maxEpairProbe {
-				return fmt.Errorf("no free epair ordinal from %d to %d", d.net.NextEpair, n)
+				return false, fmt.Errorf("no free epair ordinal from %d to %d", d.net.NextEpair, n)
 			}
 			exists, err := d.ifaceExists(ctx, epairA(n))
 			if err != nil {
-				return err
+				return false, err
 			}
 			if !exists {
 				break
@@ -207,18 +212,18 @@ func (d *Driver) attachLocked(ctx context.Context, bridge string, addr, gw netip
 		}
 		d.net.NextEpair = n + 1
 		if err := d.saveNetLocked(); err != nil {
-			return err
+			return false, err
 		}
 		rec.Epair = n
 	}
 	rec.Bridge, rec.Address = bridge, addr.String()
 	if err := d.saveRecord(rec); err != nil {
-		return err
+		return false, err
 	}
 	if err := d.ensureBridgeLocked(ctx, bridge); err != nil {
-		return err
+		return false, err
 	}
-	return d.addAliasLocked(ctx, aliasRecord{Iface: bridge, Addr: gw.String()},
+	return fresh, d.addAliasLocked(ctx, aliasRecord{Iface: bridge, Addr: gw.String()},
 		"ifconfig", bridge, "inet", gw.String(), "alias")
 }
 
