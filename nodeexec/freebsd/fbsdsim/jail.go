@@ -87,12 +87,9 @@ func cmdJail(c *call, args []string) int {
 		return 1
 	}
 	vals := map[string]string{}
-	var order []string
-	for i, a := range r.rest {
+	for _, a := range r.rest {
 		k, v, hasV := strings.Cut(a, "=")
 		if k == "command" {
-			cmd := r.rest[i:]
-			_ = cmd
 			fmt.Fprintf(c.errb, "fbsdsim: jail -c command=... is not modelled (use persist and jexec)\n")
 			return 1
 		}
@@ -137,12 +134,8 @@ func cmdJail(c *call, args []string) int {
 			fmt.Fprintf(c.errb, "jail: %s: missing value\n", k)
 			return 1
 		}
-		if _, seen := vals[base]; !seen {
-			order = append(order, base)
-		}
 		vals[base] = v
 	}
-	_ = order
 	name := vals["name"]
 	if name == "" {
 		if jid := vals["jid"]; jid != "" {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -731,5 +730,3 @@ func maskStr(bits int) string {
 	}
 	return fmt.Sprintf("%d.%d.%d.%d", byte(m>>24), byte(m>>16), byte(m>>8), byte(m))
 }
-
-var _ = sort.Strings

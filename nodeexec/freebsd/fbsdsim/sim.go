@@ -324,10 +324,6 @@ type call struct {
 	out, errb io.Writer
 }
 
-func (c *call) errf(format string, a ...any) {
-	fmt.Fprintf(c.errb, "%s: "+format+"\n", append([]any{c.prog}, a...)...)
-}
-
 func (c *call) outf(format string, a ...any) { fmt.Fprintf(c.out, format, a...) }
 
 func (c *call) path(p string) string { return filepath.Join(c.s.root, p) }

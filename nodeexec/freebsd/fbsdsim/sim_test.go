@@ -4,8 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keel-dev/keel/nodeexec/freebsd"
 )
@@ -222,4 +224,44 @@ func writeFile(root, p, content string) error {
 		return err
 	}
 	return os.WriteFile(full, []byte(content), 0o644)
+}
+
+// TestHooks checks IgnoreTerm (jail -r waits stop.timeout, then kills),
+// Crash, kill -s TERM and a Start of a command missing from the jail.
+func TestHooks(t *testing.T) {
+	s, _ := host(t)
+	must(t, s, "zfs", "snapshot", "zroot/keel/base/test@keel")
+	must(t, s, "zfs", "clone", "zroot/keel/base/test@keel", "zroot/keel/jails/a")
+	must(t, s, "jail", "-c", "name=keel-a", "path=/zroot/keel/jails/a", "persist")
+	p1, _ := s.Start([]string{"jexec", "keel-a", "/bin/sleep", "1"}, nil, nil)
+	s.Crash("keel-a", 7)
+	if code, _ := p1.Wait(); code != 7 {
+		t.Fatalf("crash code %d", code)
+	}
+	p2, _ := s.Start([]string{"jexec", "keel-a", "sleep", "1"}, nil, nil)
+	s.IgnoreTerm("keel-a")
+	must(t, s, "kill", "-s", "TERM", strconv.Itoa(p2.Pid()))
+	if got := must(t, s, "ps", "-p", strconv.Itoa(p2.Pid()), "-o", "state="); got != "S\n" {
+		t.Fatalf("TERM not ignored: %q", got)
+	}
+	start := time.Now()
+	must(t, s, "jail", "-r", "keel-a")
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("jail -r did not wait stop.timeout for a TERM-ignoring process (%v)", d)
+	}
+	if code, _ := p2.Wait(); code != -1 {
+		t.Fatalf("code %d", code)
+	}
+	must(t, s, "jail", "-c", "name=keel-a", "path=/zroot/keel/jails/a", "persist")
+	f, err := os.CreateTemp(t.TempDir(), "err")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3, _ := s.Start([]string{"jexec", "keel-a", "/usr/local/bin/missing"}, nil, f)
+	if code, _ := p3.Wait(); code != 1 {
+		t.Fatalf("missing command code %d", code)
+	}
+	if b, _ := os.ReadFile(f.Name()); string(b) != "jexec: execvp(): /usr/local/bin/missing: No such file or directory\n" {
+		t.Fatalf("stderr %q", b)
+	}
 }
