@@ -158,7 +158,9 @@ func TestRacctDisabledRefusesLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(problems, func(p freebsd.Problem) bool { return p.Check == "racct" && strings.Contains(p.Fix, "kern.racct.enable=1") }) {
+	if !slices.ContainsFunc(problems, func(p freebsd.Problem) bool {
+		return p.Check == "racct" && strings.Contains(p.Fix, "kern.racct.enable=1")
+	}) {
 		t.Errorf("Check = %v, want the racct problem with its fix", problems)
 	}
 }
