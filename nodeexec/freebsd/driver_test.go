@@ -3,6 +3,7 @@ package freebsd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -429,5 +430,38 @@ func eventually(t *testing.T, cond func() bool) {
 		case <-t.Context().Done():
 			t.Fatal(t.Context().Err())
 		}
+	}
+}
+
+// An instance's logs are files under the state directory, capped by
+// Running at Options.LogMax (the newest half kept), and Logs shows their
+// tail.
+func TestLogsCapped(t *testing.T) {
+	h := newHost(t, fbsdsim.Options{})
+	state := t.TempDir()
+	d := h.driver(t, state, freebsd.Options{LogMax: 100})
+	ctx := t.Context()
+	if _, err := d.Start(ctx, simpleSpec("web-0", "10.0.60.5")); err != nil {
+		t.Fatal(err)
+	}
+	// The simulated workload writes nothing: write as it would.
+	log := filepath.Join(state, "freebsd", "instances", "web-0", "stdout.log")
+	f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatalf("the workload's stdout is not %s: %v", log, err)
+	}
+	for i := range 50 {
+		fmt.Fprintf(f, "line %02d\n", i)
+	}
+	f.Close()
+	if _, err := d.Running(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(log); err != nil || fi.Size() > 100 {
+		t.Fatalf("after Running the log is %v bytes (%v), want at most 100", fi.Size(), err)
+	}
+	b, err := d.Logs("web-0", 1000)
+	if err != nil || !strings.HasSuffix(string(b), "line 49\n") || !strings.HasPrefix(string(b), "==> stdout <==\n") {
+		t.Errorf("Logs = %q, %v", b, err)
 	}
 }
