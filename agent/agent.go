@@ -647,6 +647,15 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID
 	}
+	// Since as the peers see it: this node judges itself settling
+	// (planner.SettlePeriod) by the run of its reports pushed so far, not
+	// by its own clock, so that no two nodes each hold the other settling
+	// and both take a moved instance. (The publisher sets the Since of the
+	// reports it pushes.)
+	if a.pub != nil {
+		ttl := time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL))
+		r.Since = r.Time.Add(-a.pub.settledFor(r.Time, ttl))
+	}
 	if c, err := a.opts.Driver.Capacity(ctx); err == nil {
 		r.Capacity = report.Capacity{CPU: c.CPU, Memory: c.Memory}
 	}

@@ -58,6 +58,9 @@ type publisher struct {
 	wake    chan struct{}
 	mu      gosync.Mutex
 	pending *publication // the newest report not yet taken by run
+	// pushedRun is the Since and Time of the last report pushed: the
+	// unbroken run the peers see (zero before the first push).
+	pushedRun struct{ since, at time.Time }
 
 	cancel context.CancelFunc
 	wg     gosync.WaitGroup
@@ -89,6 +92,20 @@ func (p *publisher) publish(pub publication) {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// settledFor is how long this node's unbroken run of reports had lasted
+// in the last report pushed (its Time minus its Since): what the peers
+// judge settling by (planner.SettlePeriod). It is zero before the first
+// push, and after a gap of more than the TTL since the last push (the
+// next push starts a new run).
+func (p *publisher) settledFor(now time.Time, ttl time.Duration) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pushedRun.since.IsZero() || now.Sub(p.pushedRun.at) > ttl {
+		return 0
+	}
+	return p.pushedRun.at.Sub(p.pushedRun.since)
 }
 
 // close stops the publisher and waits for it, after the push under way if
@@ -183,6 +200,9 @@ func (p *publisher) run(ctx context.Context) {
 		}
 		failed, pushed = false, p.now()
 		run.last = r.Time
+		p.mu.Lock()
+		p.pushedRun.since, p.pushedRun.at = r.Since, r.Time
+		p.mu.Unlock()
 		retry.Reset()
 		p.metrics.ReportPushes.Inc()
 		timer.Reset(last.interval)

@@ -112,21 +112,22 @@ type sighting struct {
 }
 
 type planner struct {
-	in        Input
-	m         *render.Model
-	plan      *Plan
-	nodes     []*nodeState
-	byName    map[string]*nodeState
-	index     map[string]int32          // instance name → index in m.Instances
-	sightings [][]sighting              // by instance index: the nodes that report it
-	holders   map[string][]*nodeState   // volume → nodes that report holding it
-	placed    []*Placement              // by instance index
-	on        []*nodeState              // by instance index: the node it is placed on
-	counts    map[string][]int32        // Service → replicas placed per node index
-	cands     map[string][]int32        // Service or Jail → candidate node indexes
-	room      []room                    // by node index
-	newest    map[string]*report.Report // every node's newest report, inventory or not
-	warnings  []Warning
+	in         Input
+	m          *render.Model
+	plan       *Plan
+	nodes      []*nodeState
+	byName     map[string]*nodeState
+	index      map[string]int32          // instance name → index in m.Instances
+	sightings  [][]sighting              // by instance index: the nodes that report it
+	holders    map[string][]*nodeState   // volume → nodes that report holding it
+	volumePins map[string][]*nodeState   // volume of a pinned instance → its pin's node (sharedPins)
+	placed     []*Placement              // by instance index
+	on         []*nodeState              // by instance index: the node it is placed on
+	counts     map[string][]int32        // Service → replicas placed per node index
+	cands      map[string][]int32        // Service or Jail → candidate node indexes
+	room       []room                    // by node index
+	newest     map[string]*report.Report // every node's newest report, inventory or not
+	warnings   []Warning
 }
 
 func (p *planner) warn(code, subject, format string, args ...any) {
@@ -481,11 +482,19 @@ func (p *planner) placeExisting(inst *render.Instance) bool {
 		p.put(inst, ns, ReasonPinned)
 		return true
 	}
-	// Step 3: an unpinned stateful instance stays with its volumes.
+	// Step 3: an unpinned stateful instance stays with its volumes. A
+	// volume it shares with pinned Jails is where their pin says (render
+	// lets only Jails fixed to one node share a volume): the pin, not a
+	// report, places the shared volume, so the sharers never split.
 	if inst.Stateful {
 		var holders []*nodeState
+		reason := ReasonHeld
 		for _, v := range inst.Spec.Volumes {
-			for _, h := range p.holders[v.Name] {
+			hs := p.holders[v.Name]
+			if pinned := p.sharedPins()[v.Name]; len(pinned) > 0 {
+				hs, reason = pinned, ReasonPinned
+			}
+			for _, h := range hs {
 				if !slices.Contains(holders, h) {
 					holders = append(holders, h)
 				}
@@ -501,7 +510,7 @@ func (p *planner) placeExisting(inst *render.Instance) bool {
 			if !matches(inst, holders[0]) {
 				p.warn(WarnSpecNodeIgnore, inst.Name, "stateful %s stays with its volumes on node %s, which does not match its constraints; the volumes win", inst.Name, holders[0].Name)
 			}
-			p.put(inst, holders[0], ReasonHeld)
+			p.put(inst, holders[0], reason)
 			return true
 		default:
 			names := make([]string, len(holders))
@@ -535,6 +544,29 @@ func (p *planner) placeExisting(inst *render.Instance) bool {
 	}
 	p.put(inst, best.node, ReasonSticky)
 	return true
+}
+
+// sharedPins returns, for every volume of a pinned stateful instance, the
+// nodes the pins put it on (one, unless the lock contradicts render's
+// rules), computed once.
+func (p *planner) sharedPins() map[string][]*nodeState {
+	if p.volumePins != nil {
+		return p.volumePins
+	}
+	p.volumePins = map[string][]*nodeState{}
+	for i := range p.m.Instances {
+		inst := &p.m.Instances[i]
+		ns := p.byName[p.m.Lock.Pins[inst.Name]]
+		if ns == nil || !inst.Stateful {
+			continue
+		}
+		for _, v := range inst.Spec.Volumes {
+			if !slices.Contains(p.volumePins[v.Name], ns) {
+				p.volumePins[v.Name] = append(p.volumePins[v.Name], ns)
+			}
+		}
+	}
+	return p.volumePins
 }
 
 // betterSighting prefers the newer copy (the higher generation: the copy

@@ -652,7 +652,7 @@ spec:
 		want: []corpusDiag{{"jails/tools.yaml", 10, 13, "spec.volumes[1].name", `duplicate volume "data" (also volumes[0])`}},
 	},
 	{
-		name: "volume name shared by two Jails",
+		name: "volume name shared by two Jails on no node",
 		files: map[string]string{
 			"jails/a.yaml": `apiVersion: keel/v1
 kind: Jail
@@ -675,7 +675,179 @@ spec:
       mountPath: /var/db
 `,
 		},
-		want: []corpusDiag{{"jails/b.yaml", 8, 13, "spec.volumes[0].name", `volume "data" is also a volume of a`}},
+		want: []corpusDiag{{"jails/b.yaml", 8, 13, "spec.volumes[0].name", `volume "data" is also a volume of a: Jails share a volume only when spec.node (or the address) pins both to the same node (b: no node, a: no node)`}},
+	},
+	{
+		name: "volume shared by a Jail pinned to a node and one that is not",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - name: data
+      mountPath: /var/db
+`,
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  nodeSelector: {disk: ssd}
+  volumes:
+    - name: data
+      mountPath: /var/db
+`,
+		},
+		want: []corpusDiag{{"jails/b.yaml", 9, 13, "spec.volumes[0].name", `volume "data" is also a volume of a: Jails share a volume only when spec.node (or the address) pins both to the same node (b: no node, a: node n1)`}},
+	},
+	{
+		name: "volume shared by Jails pinned to different nodes",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - {name: data, mountPath: /var/db}
+`,
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.2.10/24
+  volumes:
+    - {name: data, mountPath: /var/db}
+`,
+		},
+		want: []corpusDiag{{"jails/b.yaml", 10, 14, "spec.volumes[0].name", `volume "data" is also a volume of a: Jails share a volume only when spec.node (or the address) pins both to the same node (b: node n2, a: node n1)`}},
+	},
+	{
+		name: "volume shared on one node with different sizes",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - {name: data, mountPath: /var/db, size: 10G}
+`,
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - name: data
+      mountPath: /srv/data
+      size: 20G
+`,
+		},
+		want: []corpusDiag{{"jails/b.yaml", 11, 13, "spec.volumes[0].size", `volume "data" is also a volume of a with size 10G, here size 20G: Jails that share a volume must give it the same size`}},
+	},
+	{
+		name: "volume shared on one node, sized by one Jail only",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - {name: data, mountPath: /var/db, size: 10G}
+`,
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - name: data
+      mountPath: /srv/data
+`,
+		},
+		want: []corpusDiag{{"jails/b.yaml", 9, 13, "spec.volumes[0].name", `volume "data" is also a volume of a with size 10G, here no size: Jails that share a volume must give it the same size`}},
+	},
+	{
+		name: "volume shared with a Jail whose address is wrong is one error, not also an unpinned sharer",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.9.10
+  volumes:
+    - {name: data, mountPath: /var/db}
+`,
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.255/24
+  volumes:
+    - {name: data, mountPath: /var/db}
+`,
+		},
+		want: []corpusDiag{
+			{"jails/a.yaml", 8, 14, "spec.network.address", "10.200.9.10 is in no node's subnet"},
+			{"jails/b.yaml", 8, 14, "spec.network.address", `"10.200.1.255/24" is the broadcast address of 10.200.1.0/24, not a host address`},
+		},
+	},
+	{
+		name: "replica's volume named like a Jail's on the same node",
+		files: map[string]string{
+			"apps/db.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: db
+spec:
+  replicas: 1
+  port: 5432
+  template:
+    image: base/14.2-postgres
+    node: n1
+    volumes:
+      - name: data
+        mountPath: /var/db/postgres
+`,
+			"jails/backup.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: backup
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - name: db-0-data
+      mountPath: /backup
+`,
+		},
+		want: []corpusDiag{{"apps/db.yaml", 12, 15, "spec.template.volumes[0].name", `volume "db-0-data" is also a volume of backup: only Jails pinned to one node may share a volume, never a Service's replica`}},
 	},
 	{
 		name: "Jail volume named like a replica's expanded volume",
@@ -1066,6 +1238,187 @@ spec:
   image: base/14.2-base
   network:
     address: 10.200.1.10
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 17, 14, "spec.network.address", "10.200.1.10 is also the address of a"}},
+	},
+	{
+		name: "Jail address in CIDR form with a prefix that is not the node's subnet",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.10/16
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 14, "spec.network.address", "10.200.1.10/16: the prefix length must be that of node n1's subnet 10.200.1.0/24 (write 10.200.1.10/24, or the bare address 10.200.1.10)"}},
+	},
+	{
+		name: "Jail address in CIDR form as a /32",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.2.7/32
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 14, "spec.network.address", "10.200.2.7/32: the prefix length must be that of node n2's subnet 10.200.2.0/24 (write 10.200.2.7/24, or the bare address 10.200.2.7)"}},
+	},
+	{
+		name: "Jail address in CIDR form that is its network's address",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.0/24
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 14, "spec.network.address", "\"10.200.1.0/24\" is the network address of 10.200.1.0/24, not a host address"}},
+	},
+	{
+		name: "Jail address in CIDR form that is its network's broadcast address",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.255/24
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 14, "spec.network.address", "\"10.200.1.255/24\" is the broadcast address of 10.200.1.0/24, not a host address"}},
+	},
+	{
+		name: "Jail address in CIDR form that is the broadcast address of a smaller prefix",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.127/25
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 14, "spec.network.address", "\"10.200.1.127/25\" is the broadcast address of 10.200.1.0/25, not a host address"}},
+	},
+	{
+		name: "Jail address with a prefix length out of range",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.10/33
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 14, "spec.network.address", "\"10.200.1.10/33\" is not an address (want a bare address such as 10.200.11.5, or one with its node's prefix length such as 10.200.11.5/24)"}},
+	},
+	{
+		name: "Jail address with garbage after the slash",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.10/24x
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 14, "spec.network.address", "\"10.200.1.10/24x\" is not an address (want a bare address such as 10.200.11.5, or one with its node's prefix length such as 10.200.11.5/24)"}},
+	},
+	{
+		name: "Jail address with an empty prefix length",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.10/
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 14, "spec.network.address", "\"10.200.1.10/\" is not an address"}},
+	},
+	{
+		name: "Jail address in IPv6 CIDR form",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  network:
+    address: fd00::5/64
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 14, "spec.network.address", "\"fd00::5/64\": only IPv4 addresses are supported"}},
+	},
+	{
+		name: "Jail address in CIDR form in no node's subnet",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.9.10/24
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 8, 14, "spec.network.address", "10.200.9.10 is in no node's subnet; an explicit address picks its node"}},
+	},
+	{
+		name: "Jail address in CIDR form contradicting spec.node",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: base/14.2-base
+  node: n2
+  network:
+    address: 10.200.1.10/24
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 9, 14, "spec.network.address", "10.200.1.10 is in node n1's subnet 10.200.1.0/24, but spec.node is n2"}},
+	},
+	{
+		name: "network.address in CIDR form in a Service template",
+		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+spec:
+  port: 8080
+  template:
+    image: base/14.2-web
+    network:
+      address: 10.200.1.10/24
+`},
+		want: []corpusDiag{{"apps/web.yaml", 10, 16, "spec.template.network.address", "not allowed in a Service template: each replica gets its own address"}},
+	},
+	{
+		name: "two Jails with the same address, one in CIDR form",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.10
+---
+apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.10/24
 `},
 		want: []corpusDiag{{"jails/tools.yaml", 17, 14, "spec.network.address", "10.200.1.10 is also the address of a"}},
 	},
@@ -2116,6 +2469,11 @@ func corpusEqual[T any](t *testing.T, what string, got, want T) {
 func corpusPrefix(s string) render.Prefix { return render.Prefix{Prefix: netip.MustParsePrefix(s)} }
 func corpusAddr(s string) render.Addr     { return render.Addr{Addr: netip.MustParseAddr(s)} }
 
+// corpusToolsAt is a Jail tools with the explicit address addr.
+func corpusToolsAt(addr string) string {
+	return "apiVersion: keel/v1\nkind: Jail\nmetadata:\n  name: tools\nspec:\n  image: base/14.2-base\n  network:\n    address: " + addr + "\n"
+}
+
 // corpusForeign is YAML that is not a Keel spec: read, it is an error.
 const corpusForeign = "name: checks\non: [pull_request]\njobs: {}\n"
 
@@ -2142,6 +2500,85 @@ spec:
 }
 
 var corpusValid = []corpusValidCase{
+	{
+		name: "two Jails pinned to one node share a volume",
+		files: map[string]string{
+			"jails/a.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: a
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - {name: data, mountPath: /var/db, size: 10G}
+`,
+			// b is pinned to n1 by its address, and c by spec.node too.
+			"jails/b.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: b
+spec:
+  image: base/14.2-base
+  network:
+    address: 10.200.1.20/24
+  volumes:
+    - {name: data, mountPath: /srv/data, size: 10240M}
+    - {name: own, mountPath: /var/log}
+---
+apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: c
+spec:
+  image: base/14.2-base
+  node: n1
+  volumes:
+    - {name: data, mountPath: /data, size: 10G}
+`,
+		},
+		check: func(t *testing.T, m *render.Model) {
+			for _, name := range []string{"a", "b", "c"} {
+				inst := corpusInstance(t, m, name)
+				corpusEqual(t, name+".Node", inst.Node, "n1")
+				corpusEqual(t, name+".Stateful", inst.Stateful, true)
+				corpusEqual(t, name+".Spec.Volumes[0].Name", inst.Spec.Volumes[0].Name, "data")
+				corpusEqual(t, name+".Spec.Volumes[0].Size", inst.Spec.Volumes[0].Size, render.Bytes(10<<30))
+			}
+			corpusEqual(t, "b.Spec.Volumes[0].MountPath", corpusInstance(t, m, "b").Spec.Volumes[0].MountPath, "/srv/data")
+		},
+	},
+	{
+		name:  "Jail address in CIDR form renders as the bare address",
+		files: map[string]string{"jails/tools.yaml": corpusToolsAt("10.200.2.10/24")},
+		check: func(t *testing.T, m *render.Model) {
+			inst := corpusInstance(t, m, "tools")
+			corpusEqual(t, "Spec.Network.Address", inst.Spec.Network.Address, corpusAddr("10.200.2.10"))
+			corpusEqual(t, "Node", inst.Node, "n2")
+			corpusEqual(t, "NodeSubnet", inst.NodeSubnet, corpusPrefix("10.200.2.0/24"))
+			// The same Jail with the bare address is the same instance.
+			bare, err := render.Render(corpusFS(map[string]string{"jails/tools.yaml": corpusToolsAt("10.200.2.10")}, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			corpusEqual(t, "instance", *inst, *corpusInstance(t, bare, "tools"))
+		},
+	},
+	{
+		name: "Jail address in CIDR form in a derived subnet",
+		files: map[string]string{
+			"nodes/n3.yaml":    corpusNode3,
+			"jails/tools.yaml": corpusToolsAt("10.200.38.20/24"),
+		},
+		check: func(t *testing.T, m *render.Model) {
+			if n3 := m.Node("n3"); n3 == nil || n3.PodCIDR != corpusPrefix("10.200.38.0/24") {
+				t.Fatalf("n3 = %+v: the case assumes n3 derives 10.200.38.0/24", n3)
+			}
+			inst := corpusInstance(t, m, "tools")
+			corpusEqual(t, "Spec.Network.Address", inst.Spec.Network.Address, corpusAddr("10.200.38.20"))
+			corpusEqual(t, "Node", inst.Node, "n3")
+		},
+	},
 	{
 		name: "replicas 0 is a Service with no instances",
 		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1

@@ -29,6 +29,7 @@ func FuzzRender(f *testing.F) {
 		"apiVersion: keel/v1\nkind: Service\nmetadata: {name: web}\nspec: {replicas: 10000, port: 80, template: {image: base/x, command: [], node: \"\"}}\n---\napiVersion: keel/v1\nkind: Service\nmetadata: {name: api}\nspec: {replicas: 10000, port: 80, template: {image: base/x}}\n",
 		"apiVersion: keel/v1\nkind: Ingress\nmetadata: {name: i}\nspec: {host: a.b, path: \"\", backend: {service: web, port: 0}}\n",
 		"apiVersion: keel/v1\nkind: Jail\nmetadata: {name: a}\nspec: {image: base/x, env: &e {A: b, C: d}, volumes: [*e, *e, *e], command: &c [x, *c]}\n",
+		"apiVersion: keel/v1\nkind: Jail\nmetadata: {name: a}\nspec: {image: base/x, network: {address: 10.200.1.5/24}, volumes: [{name: d, mountPath: /d, size: 1G}]}\n---\napiVersion: keel/v1\nkind: Jail\nmetadata: {name: b}\nspec: {image: base/x, node: n1, network: {address: 10.200.1.127/25}, volumes: [{name: d, mountPath: /e, size: 1G}]}\n",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s), []byte("apiVersion: keel/v1\nkind: Lock\nsubnets: {n1: 10.200.1.0/24}\nvips: {web: 10.201.0.9}\npins: {}\n"))

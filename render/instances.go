@@ -25,7 +25,7 @@ func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Posit
 		Image:         in.Image,
 		Command:       in.Command,
 		Env:           nonEmpty(in.Env),
-		Network:       Network{VNet: in.Network.VNet, Bridge: in.Network.Bridge, Address: in.Network.Address},
+		Network:       Network{VNet: in.Network.VNet, Bridge: in.Network.Bridge, Address: Addr{in.Network.Address.Addr}},
 		Resources:     Resources{CPU: in.Resources.CPU, Memory: in.Resources.Memory},
 		RestartPolicy: in.RestartPolicy,
 	}
@@ -149,8 +149,8 @@ func matches(labels, selector map[string]string) bool {
 }
 
 func (r *renderer) buildInstances(m *Model) {
-	names := map[string]Position{}   // instance name → where it was declared
-	volumes := map[string]string{}   // volume name → instance
+	names := map[string]Position{} // instance name → where it was declared
+	volumes := map[string]volumeClaim{}
 	addrs := map[netip.Addr]string{} // explicit address → instance
 	claim := func(name string, pos Position, what string) bool {
 		if first, dup := names[name]; dup {
@@ -160,16 +160,37 @@ func (r *renderer) buildInstances(m *Model) {
 		names[name] = pos
 		return true
 	}
-	claimVolumes := func(inst *Instance, at func(string) Position, field string) {
+	// unplaced is true for a Jail whose explicit address is in error: it
+	// would have fixed the node, so the node is not compared (no second
+	// error about the same mistake).
+	claimVolumes := func(inst *Instance, at func(string) Position, field string, unplaced bool) {
 		for i, v := range inst.Spec.Volumes {
 			vf := fmt.Sprintf("%s.volumes[%d].name", field, i)
 			if len(v.Name) > MaxNameLength {
 				r.diag.errorf(at(vf), vf, "volume name %q is longer than %d characters", v.Name, MaxNameLength)
 			}
-			if owner, dup := volumes[v.Name]; dup && owner != inst.Name {
-				r.diag.errorf(at(vf), vf, "volume %q is also a volume of %s", v.Name, owner)
+			first, dup := volumes[v.Name]
+			if !dup {
+				volumes[v.Name] = volumeClaim{inst: inst.Name, service: inst.Service, node: inst.Node, unplaced: unplaced, size: v.Size}
+				continue
 			}
-			volumes[v.Name] = inst.Name
+			if first.inst == inst.Name {
+				continue
+			}
+			switch {
+			case first.service != "" || inst.Service != "":
+				r.diag.errorf(at(vf), vf, "volume %q is also a volume of %s: only Jails pinned to one node may share a volume, never a Service's replica", v.Name, first.inst)
+			case !first.unplaced && !unplaced && (first.node == "" || first.node != inst.Node):
+				r.diag.errorf(at(vf), vf, "volume %q is also a volume of %s: Jails share a volume only when spec.node (or the address) pins both to the same node (%s: %s, %s: %s)",
+					v.Name, first.inst, inst.Name, nodeText(inst.Node), first.inst, nodeText(first.node))
+			case first.size != v.Size:
+				sf := fmt.Sprintf("%s.volumes[%d].size", field, i)
+				if v.Size == 0 {
+					sf = vf
+				}
+				r.diag.errorf(at(sf), sf, "volume %q is also a volume of %s with %s, here %s: Jails that share a volume must give it the same size",
+					v.Name, first.inst, sizeText(first.size), sizeText(v.Size))
+			}
 		}
 	}
 
@@ -191,7 +212,7 @@ func (r *renderer) buildInstances(m *Model) {
 			Source:       d.at(""),
 		}
 		if a := spec.Network.Address; a.IsValid() {
-			r.placeAddress(&inst, d.at, m)
+			r.placeAddress(&inst, d.v.Spec.Network.Address.Prefix, d.at, m)
 			if other, dup := addrs[a.Addr]; dup {
 				r.diag.errorf(d.at("spec.network.address"), "spec.network.address", "%s is also the address of %s", a, other)
 			}
@@ -200,7 +221,7 @@ func (r *renderer) buildInstances(m *Model) {
 		if !claim(name, d.at("metadata.name"), "") {
 			continue
 		}
-		claimVolumes(&inst, d.at, "spec")
+		claimVolumes(&inst, d.at, "spec", inst.Node == "" && d.written("spec.network.address"))
 		inst.SpecHash = SpecHash(inst.Spec)
 		m.Instances = append(m.Instances, inst)
 	}
@@ -275,7 +296,7 @@ func (r *renderer) buildInstances(m *Model) {
 			if !claim(rname, d.at("metadata.name"), fmt.Sprintf(" (replica %d of Service %s)", i, name)) {
 				continue
 			}
-			claimVolumes(&inst, d.at, "spec.template")
+			claimVolumes(&inst, d.at, "spec.template", false)
 			inst.SpecHash = statelessHash
 			if inst.SpecHash == "" {
 				inst.SpecHash = SpecHash(inst.Spec)
@@ -287,6 +308,29 @@ func (r *renderer) buildInstances(m *Model) {
 	}
 	slices.SortFunc(m.Instances, func(a, b Instance) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(m.Services, func(a, b Service) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// volumeClaim is the first instance found to name a volume: a second may
+// name it too only when both are Jails pinned to the same node and give it
+// the same size (a shared volume).
+type volumeClaim struct {
+	inst, service, node string
+	unplaced            bool // see claimVolumes
+	size                Bytes
+}
+
+func nodeText(node string) string {
+	if node == "" {
+		return "no node"
+	}
+	return "node " + node
+}
+
+func sizeText(b Bytes) string {
+	if b == 0 {
+		return "no size"
+	}
+	return "size " + b.String()
 }
 
 // replicas is the number of replicas d declares, 0 when that number is
@@ -344,8 +388,10 @@ func (r *renderer) overCap(m *Model) bool {
 }
 
 // placeAddress checks a Jail's explicit address and binds the Jail to the
-// node whose subnet holds it.
-func (r *renderer) placeAddress(inst *Instance, at func(string) Position, m *Model) {
+// node whose subnet holds it. written is the address with the prefix length
+// the spec gave it (invalid when written bare): that prefix must be the
+// node's subnet, so that the address means on the node what it says.
+func (r *renderer) placeAddress(inst *Instance, written netip.Prefix, at func(string) Position, m *Model) {
 	a := inst.Spec.Network.Address.Addr
 	const field = "spec.network.address"
 	var owner *Node
@@ -363,6 +409,10 @@ func (r *renderer) placeAddress(inst *Instance, at func(string) Position, m *Mod
 		r.diag.errorf(at(field), field, "%s is the network or broadcast address of node %s's subnet %s", a, owner.Name, owner.PodCIDR)
 	case 1:
 		r.diag.errorf(at(field), field, "%s is the bridge address of node %s's subnet %s (.1 is reserved)", a, owner.Name, owner.PodCIDR)
+	}
+	if written.IsValid() && written.Masked() != owner.PodCIDR.Prefix {
+		r.diag.errorf(at(field), field, "%s: the prefix length must be that of node %s's subnet %s (write %s/%d, or the bare address %s)",
+			written, owner.Name, owner.PodCIDR, a, owner.PodCIDR.Bits(), a)
 	}
 	if inst.Node != "" && inst.Node != owner.Name {
 		r.diag.errorf(at(field), field, "%s is in node %s's subnet %s, but spec.node is %s", a, owner.Name, owner.PodCIDR, inst.Node)

@@ -162,6 +162,52 @@ func (a *Addr) parseScalar(text string) error {
 	return nil
 }
 
+// hostAddr is a Jail's network.address as written: a bare IPv4 address
+// ("10.200.11.5"), or the address with its subnet's prefix length
+// ("10.200.11.5/24", the form ifconfig and jail.conf use). Only the address
+// reaches the model; the prefix, when written, is checked against the
+// subnet of the node the address picks (see placeAddress).
+type hostAddr struct {
+	Addr netip.Addr
+	// Prefix is the subnet written with the address (host bits kept);
+	// invalid when the address was written bare.
+	Prefix netip.Prefix
+}
+
+func (h *hostAddr) parseScalar(text string) error {
+	s := strings.TrimSpace(text)
+	if !strings.Contains(s, "/") {
+		var a Addr
+		if err := a.parseScalar(s); err != nil {
+			return err
+		}
+		h.Addr = a.Addr
+		return nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return fmt.Errorf("%q is not an address (want a bare address such as 10.200.11.5, or one with its node's prefix length such as 10.200.11.5/24)", text)
+	}
+	if !p.Addr().Is4() {
+		return fmt.Errorf("%q: only IPv4 addresses are supported", text)
+	}
+	// A /31 or /32 has no network or broadcast address; such a prefix is
+	// refused later, as not the node's subnet.
+	if net := p.Masked(); p.Bits() <= 30 {
+		switch addrOffset(net, p.Addr()) {
+		case 0:
+			return fmt.Errorf("%q is the network address of %s, not a host address", text, net)
+		case 1<<(32-p.Bits()) - 1:
+			return fmt.Errorf("%q is the broadcast address of %s, not a host address", text, net)
+		}
+	}
+	h.Addr, h.Prefix = p.Addr(), p
+	return nil
+}
+
+// IsValid reports whether an address was written.
+func (h hostAddr) IsValid() bool { return h.Addr.IsValid() }
+
 // Prefix is an IPv4 network in CIDR notation ("10.200.0.0/16"), with no host
 // bits set.
 type Prefix struct{ netip.Prefix }

@@ -86,9 +86,9 @@ type jailInput struct {
 }
 
 type networkInput struct {
-	VNet    bool   `yaml:"vnet"`
-	Bridge  string `yaml:"bridge" default:"the Cluster's bridge"`
-	Address Addr   `yaml:"address"`
+	VNet    bool     `yaml:"vnet"`
+	Bridge  string   `yaml:"bridge" default:"the Cluster's bridge"`
+	Address hostAddr `yaml:"address"`
 }
 
 type resourcesInput struct {
