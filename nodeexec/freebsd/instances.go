@@ -513,12 +513,12 @@ func (d *Driver) endProcs(ctx context.Context, jid int, l []psEntry, grace time.
 	if err := d.signal(ctx, "TERM", l); err != nil {
 		return err
 	}
-	l, err := d.waitEmpty(ctx, jid, d.now().Add(grace))
+	l, err := d.waitEmpty(ctx, jid, time.Now().Add(grace))
 	for err == nil && len(l) > 0 {
 		if err = d.signal(ctx, "KILL", l); err == nil {
 			// Again after a while: what forked meanwhile escaped the
 			// last signal.
-			l, err = d.waitEmpty(ctx, jid, d.now().Add(time.Second))
+			l, err = d.waitEmpty(ctx, jid, time.Now().Add(time.Second))
 		}
 	}
 	return err
@@ -541,7 +541,8 @@ func (d *Driver) signal(ctx context.Context, sig string, procs []psEntry) error 
 }
 
 // waitEmpty polls the jail until it holds no live process, until the
-// deadline (none when zero) or until ctx ends; it returns the live
+// deadline (none when zero; real time, whatever Options.Now says) or until
+// ctx ends; it returns the live
 // processes last seen. A process that is not the agent's child cannot be
 // waited for.
 func (d *Driver) waitEmpty(ctx context.Context, jid int, deadline time.Time) ([]psEntry, error) {
@@ -553,7 +554,7 @@ func (d *Driver) waitEmpty(ctx context.Context, jid int, deadline time.Time) ([]
 		}
 		wait := interval
 		if !deadline.IsZero() {
-			left := deadline.Sub(d.now())
+			left := time.Until(deadline)
 			if left <= 0 {
 				return l, nil
 			}

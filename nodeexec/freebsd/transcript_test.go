@@ -367,5 +367,6 @@ func TestTranscriptPF(t *testing.T) {
 	if got := h.sim.State().PF.Anchors[freebsd.PFAnchor]; len(got) != 0 {
 		t.Errorf("anchor %q holds %q, want none", freebsd.PFAnchor, got)
 	}
+	h.leaks(t, fbsdsim.Expect{})
 	tr.check("pf")
 }
