@@ -26,6 +26,10 @@ type child struct {
 	done chan struct{}
 	code int
 	at   time.Time
+	// attached is set (under Driver.mu) once ps showed the process in its
+	// jail: from then on ps alone says whether it lives. Before, jexec
+	// may not have entered the jail yet.
+	attached bool
 	// detached is set (under Driver.mu) when the jail was seen running
 	// after the leader had exited: the command started daemons and
 	// returned, as /etc/rc does. The instance's end is then not the
@@ -95,10 +99,20 @@ func (d *Driver) running(ctx context.Context) (map[string]nodeexec.Process, erro
 		}
 	}
 	for name, c := range before {
-		if _, ok := out[name]; !ok {
-			if err := d.settleChild(ctx, name, c); err != nil {
-				return nil, err
-			}
+		if _, ok := out[name]; ok {
+			continue
+		}
+		d.mu.Lock()
+		unseen := !c.attached
+		d.mu.Unlock()
+		if unseen && !c.exited() {
+			// Not reaped, so it exists, and not in its jail yet: jexec
+			// enters it after it starts.
+			out[name] = c.proc
+			continue
+		}
+		if err := d.settleChild(ctx, name, c); err != nil {
+			return nil, err
 		}
 	}
 	d.mu.Lock()
@@ -205,18 +219,46 @@ func (d *Driver) Exited(name string) (nodeexec.Exit, bool) {
 	return e, ok
 }
 
-// runningProcs returns the jail's JID and live processes; jid is 0 when
-// there is no jail.
+// runningProcs returns the jail's JID (0 when there is no jail) and the
+// instance's live processes (see liveProcs).
 func (d *Driver) runningProcs(ctx context.Context, name string) (int, []psEntry, error) {
 	jid, ok, err := d.jid(ctx, name)
-	if err != nil || !ok {
-		return 0, nil, err
-	}
-	procs, err := d.procs(ctx, jid)
 	if err != nil {
 		return 0, nil, err
 	}
-	return jid, live(procs), nil
+	if !ok {
+		jid = 0
+	}
+	l, err := d.liveProcs(ctx, name, jid)
+	return jid, l, err
+}
+
+// liveProcs returns the instance's live processes: those that are not
+// zombies in its jail, and its workload's first process while ps has never
+// shown it there and the driver has not reaped it (just started, jexec may
+// not have entered the jail yet: it must count, or a second copy could
+// start).
+func (d *Driver) liveProcs(ctx context.Context, name string, jid int) ([]psEntry, error) {
+	var procs []psEntry
+	if jid > 0 {
+		var err error
+		if procs, err = d.procs(ctx, jid); err != nil {
+			return nil, err
+		}
+	}
+	l := live(procs)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.children[name]
+	if c == nil || c.attached {
+		return l, nil
+	}
+	if slices.ContainsFunc(procs, func(e psEntry) bool { return e.PID == c.proc.PID }) {
+		c.attached = true
+	} else if !c.exited() {
+		l = append(l, psEntry{PID: c.proc.PID, State: "?", Start: c.proc.Started})
+	}
+	return l, nil
 }
 
 // Start implements nodeexec.Instances, in the order of
@@ -353,7 +395,7 @@ func (d *Driver) startWorkload(ctx context.Context, spec nodeexec.InstanceSpec, 
 	if procs, err := d.procs(ctx, jid); err != nil {
 		d.log.Warn("reading the start time of a workload", "instance", name, "pid", pid, "err", err)
 	} else if i := slices.IndexFunc(procs, func(e psEntry) bool { return e.PID == pid }); i >= 0 {
-		started = procs[i].Start
+		started, c.attached = procs[i].Start, true
 	}
 	started = started.Truncate(time.Second)
 	c.proc = nodeexec.Process{PID: pid, StartTime: uint64(started.Unix()), SpecHash: spec.SpecHash, Started: started}
@@ -500,7 +542,7 @@ func (d *Driver) Stop(ctx context.Context, name string, grace time.Duration) err
 		return fmt.Errorf("stop %s: %w", name, err)
 	}
 	if len(l) > 0 {
-		if err := d.endProcs(ctx, jid, l, grace); err != nil {
+		if err := d.endProcs(ctx, name, jid, l, grace); err != nil {
 			return fmt.Errorf("stop %s: %w", name, err)
 		}
 	}
@@ -509,24 +551,19 @@ func (d *Driver) Stop(ctx context.Context, name string, grace time.Duration) err
 
 // endProcs signals the jail's live processes l with TERM, waits up to
 // grace, then kills what is left, until the jail holds no live process.
-func (d *Driver) endProcs(ctx context.Context, jid int, l []psEntry, grace time.Duration) error {
+func (d *Driver) endProcs(ctx context.Context, name string, jid int, l []psEntry, grace time.Duration) error {
 	if err := d.signal(ctx, "TERM", l); err != nil {
 		return err
 	}
-	l, err := d.waitEmpty(ctx, jid, time.Now().Add(grace))
+	l, err := d.waitEmpty(ctx, name, jid, time.Now().Add(grace))
 	for err == nil && len(l) > 0 {
 		if err = d.signal(ctx, "KILL", l); err == nil {
 			// Again after a while: what forked meanwhile escaped the
 			// last signal.
-			l, err = d.waitEmpty(ctx, jid, time.Now().Add(time.Second))
+			l, err = d.waitEmpty(ctx, name, jid, time.Now().Add(time.Second))
 		}
 	}
 	return err
-}
-
-func (d *Driver) liveProcs(ctx context.Context, jid int) ([]psEntry, error) {
-	procs, err := d.procs(ctx, jid)
-	return live(procs), err
 }
 
 // signal sends sig to the processes: `kill -s <sig> <pid>...` (bin/kill/
@@ -545,10 +582,10 @@ func (d *Driver) signal(ctx context.Context, sig string, procs []psEntry) error 
 // ctx ends; it returns the live
 // processes last seen. A process that is not the agent's child cannot be
 // waited for.
-func (d *Driver) waitEmpty(ctx context.Context, jid int, deadline time.Time) ([]psEntry, error) {
+func (d *Driver) waitEmpty(ctx context.Context, name string, jid int, deadline time.Time) ([]psEntry, error) {
 	interval := 5 * time.Millisecond
 	for {
-		l, err := d.liveProcs(ctx, jid)
+		l, err := d.liveProcs(ctx, name, jid)
 		if err != nil || len(l) == 0 {
 			return l, err
 		}
