@@ -465,3 +465,36 @@ func TestLogsCapped(t *testing.T) {
 		t.Errorf("Logs = %q, %v", b, err)
 	}
 }
+
+// After a reboot the jail is gone and its root, the jail's own, stays: a
+// /dev the jail made a link is refused, never followed out of the root.
+func TestJailDevLinkRefused(t *testing.T) {
+	h := newHost(t, fbsdsim.Options{})
+	d := h.driver(t, "", freebsd.Options{})
+	ctx := t.Context()
+	spec := simpleSpec("web-0", "10.0.60.5")
+	if _, err := d.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx, "web-0", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The reboot: no jail, no mount, no epair.
+	run(t, h, "ifconfig", "epair1a", "destroy")
+	run(t, h, "jail", "-r", "keel-web-0")
+	run(t, h, "umount", "/zroot/keel/jails/web-0/dev")
+	dev := filepath.Join(h.root, "zroot/keel/jails/web-0/dev")
+	if err := os.RemoveAll(dev); err != nil {
+		t.Fatal(err)
+	}
+	// A directory of the host, outside the jail's root.
+	if err := os.Mkdir(filepath.Join(h.root, "outside"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../../../outside", dev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Start(ctx, spec); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("Start on a root whose /dev is a link: %v, want a refusal", err)
+	}
+}

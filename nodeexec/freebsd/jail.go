@@ -2,6 +2,9 @@ package freebsd
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"slices"
@@ -75,8 +78,19 @@ func live(procs []psEntry) []psEntry {
 // mount.devfs.
 func (d *Driver) createJail(ctx context.Context, instance string, vnet bool) error {
 	root := d.rootfs(instance)
-	if err := os.MkdirAll(d.hostPath(path.Join(root, "dev")), 0o755); err != nil {
+	// A root that ran a jail before (a host rebooted) is the jail's: its
+	// /dev may be a link out of it, which mkdir must not follow (jail(8)
+	// itself refuses a devfs mount point outside the jail: command.c
+	// check_path).
+	dev := d.hostPath(path.Join(root, "dev"))
+	if fi, err := os.Lstat(dev); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(dev, 0o755); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
+	} else if !fi.IsDir() {
+		return fmt.Errorf("%s/dev in the jail's root is not a directory", root)
 	}
 	argv := []string{"jail", "-c", "name=" + jailName(instance), "path=" + root}
 	if vnet {
