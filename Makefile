@@ -46,6 +46,12 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzPushRef$$' -fuzztime=5s ./sync
 	$(GO) test -run='^$$' -fuzz='^FuzzAuthenticate$$' -fuzztime=5s ./sync
 	$(GO) test -run='^$$' -fuzz='^FuzzCommitFS$$' -fuzztime=5s ./sync
+	$(GO) test -run='^$$' -fuzz='^FuzzParseJails$$' -fuzztime=5s ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParsePS$$' -fuzztime=5s ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParseMounts$$' -fuzztime=5s ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParseZFSList$$' -fuzztime=5s ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParseSysctl$$' -fuzztime=5s ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParseRctl$$' -fuzztime=5s ./nodeexec/freebsd
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/keel-dev/keel/internal/netlimit"
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/fake"
+	"github.com/keel-dev/keel/nodeexec/freebsd"
 	"github.com/keel-dev/keel/nodeexec/process"
 	"github.com/keel-dev/keel/nodeexec/proxy"
 	"github.com/keel-dev/keel/render"
@@ -75,6 +77,10 @@ stops the agent cleanly. See docs/agent.md.`,
 	proxyPerService := f.Int("proxy-max-conns-per-service", proxy.DefaultMaxConnsPerService, "client connections one service proxy holds open at once; further clients wait")
 	proxyMax := f.Int("proxy-max-conns", proxy.DefaultMaxConns, "client connections all service proxies hold open at once; further clients are reset")
 	proxyIdle := f.Duration("proxy-idle-timeout", proxy.DefaultIdleTimeout, "close a proxied connection on which neither side sent anything for this long")
+	var fbsd freebsdFlags
+	f.StringVar(&fbsd.pool, "pool", freebsd.DefaultPool, "with --driver freebsd: the ZFS pool whose keel/ dataset holds images, jails and volumes")
+	f.StringVar(&fbsd.bridge, "bridge", freebsd.DefaultBridge, "with --driver freebsd: the node's bridge, keel<N>")
+	f.StringVar(&fbsd.publicIface, "public-iface", "", "with --driver freebsd: the interface whose ports 80 and 443 pf redirects to the ingress")
 	for _, name := range []string{"repo", "node", "state-dir"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -117,7 +123,12 @@ stops the agent cleanly. See docs/agent.md.`,
 		if err := agent.ClearListenFiles(abs); err != nil {
 			return err
 		}
-		driver, err := newDriver(*driverName, abs, logger)
+		for _, name := range []string{"pool", "bridge", "public-iface"} {
+			if f.Changed(name) && *driverName != "freebsd" {
+				return fmt.Errorf("--%s is for --driver freebsd", name)
+			}
+		}
+		driver, err := newDriver(e.ctx, *driverName, abs, logger, fbsd)
 		if err != nil {
 			return err
 		}
@@ -259,16 +270,58 @@ func serveLimited(ctx context.Context, stateDir, name, addr string, lim netlimit
 	return done, nil
 }
 
-func newDriver(name, stateDir string, logger *slog.Logger) (nodeexec.Driver, error) {
+// freebsdFlags are the agent flags of the freebsd driver.
+type freebsdFlags struct {
+	pool, bridge, publicIface string
+}
+
+func newDriver(ctx context.Context, name, stateDir string, logger *slog.Logger, fbsd freebsdFlags) (nodeexec.Driver, error) {
 	switch name {
 	case "process":
 		return process.New(process.Options{StateDir: stateDir, Logger: logger})
 	case "fake":
 		return fake.New(), nil
 	case "freebsd":
-		return nil, errors.New("--driver freebsd: the FreeBSD driver is not part of this build yet; use process or fake")
+		return newFreeBSDDriver(ctx, stateDir, logger, fbsd)
 	}
 	return nil, fmt.Errorf("--driver %q: want process, fake or freebsd", name)
+}
+
+// newFreeBSDDriver runs FreeBSD's commands by their absolute paths, with
+// an environment of their own (the C locale, whose output the driver
+// parses), and logs each host prerequisite that does not hold with its
+// fix. Two environment variables point it at the simulator's executables
+// instead, for the end-to-end tests on any OS: KEEL_FREEBSD_BINDIR (the
+// commands) and KEEL_FREEBSD_ROOT (the simulated file system's root).
+func newFreeBSDDriver(ctx context.Context, stateDir string, logger *slog.Logger, fbsd freebsdFlags) (nodeexec.Driver, error) {
+	runner := freebsd.ExecRunner{
+		BinDir: os.Getenv("KEEL_FREEBSD_BINDIR"),
+		Env:    []string{"PATH=/sbin:/bin:/usr/sbin:/usr/bin", "LC_ALL=C"},
+	}
+	if tz, ok := os.LookupEnv("TZ"); ok {
+		runner.Env = append(runner.Env, "TZ="+tz)
+	}
+	switch {
+	case runner.BinDir != "":
+		runner.Env = append(os.Environ(), "LC_ALL=C")
+	case runtime.GOOS != "freebsd":
+		return nil, errors.New("--driver freebsd runs on FreeBSD only")
+	}
+	d, err := freebsd.New(ctx, freebsd.Options{
+		Runner: runner, Root: os.Getenv("KEEL_FREEBSD_ROOT"), StateDir: stateDir,
+		Pool: fbsd.pool, Bridge: fbsd.bridge, PublicIface: fbsd.publicIface, Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	problems, err := d.Check(ctx)
+	if err != nil {
+		logger.Warn("checking the host's prerequisites", "err", err)
+	}
+	for _, p := range problems {
+		logger.Warn("host prerequisite", "check", p.Check, "problem", p.Problem, "fix", p.Fix)
+	}
+	return d, nil
 }
 
 func newLogger(w interface{ Write([]byte) (int, error) }, format, level string) (*slog.Logger, error) {

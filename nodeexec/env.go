@@ -57,3 +57,67 @@ func VolumeVar(spec InstanceSpec, volume string) string {
 	}
 	return EnvVolumePrefix + strings.ToUpper(strings.ReplaceAll(volume, "-", "_"))
 }
+
+// ExpandArgs replaces, in each argument, ${NAME} and $NAME by the value of
+// NAME in env ("" when unset) and $$ by $. Anything else that follows a $
+// ($1, $?, ${x:-y}, a $ at the end) is kept as written, so that a shell
+// given the argument still sees its own syntax. args is not modified.
+func ExpandArgs(args []string, env map[string]string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = expand(a, env)
+	}
+	return out
+}
+
+func expand(s string, env map[string]string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch c := s[i+1]; {
+		case c == '$':
+			b.WriteByte('$')
+			i++
+		case c == '{':
+			end := strings.IndexByte(s[i+2:], '}')
+			if end < 0 || !isName(s[i+2:i+2+end]) {
+				b.WriteByte('$')
+				continue
+			}
+			b.WriteString(env[s[i+2:i+2+end]])
+			i += 2 + end
+		case isNameStart(c):
+			j := i + 2
+			for j < len(s) && (isNameStart(s[j]) || '0' <= s[j] && s[j] <= '9') {
+				j++
+			}
+			b.WriteString(env[s[i+1:j]])
+			i = j - 1
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+func isNameStart(c byte) bool {
+	return c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+func isName(s string) bool {
+	if s == "" || !isNameStart(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if !isNameStart(s[i]) && (s[i] < '0' || s[i] > '9') {
+			return false
+		}
+	}
+	return true
+}

@@ -139,3 +139,40 @@ func CheckName(name string) error {
 	}
 	return nil
 }
+
+// CheckImage returns an error when image is not a valid image name
+// (base/<name>, never climbing out of base/), for drivers that turn it into
+// a dataset or a path.
+func CheckImage(image string) error {
+	if msg := checkImage(image); msg != "" {
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// CheckMountPath returns an error when p is not a valid mount path inside a
+// jail (absolute, not the root, no ".." segment, no NUL byte).
+func CheckMountPath(p string) error {
+	if msg := checkMountPath(p); msg != "" {
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// CheckBridge returns an error when name is not a Keel bridge name
+// (keel<N>): "the bridge exists" counts as success, so any other name could
+// attach jails to a host interface (docs/freebsd-notes.md §0).
+func CheckBridge(name string) error {
+	if !bridgeName.MatchString(name) {
+		return fmt.Errorf("%q is not a Keel bridge name (want keel<N>, e.g. keel0)", name)
+	}
+	return nil
+}
+
+// CheckPool returns an error when name is not a ZFS pool name.
+func CheckPool(name string) error {
+	if !poolName.MatchString(name) || len(name) > 200 {
+		return fmt.Errorf("%q is not a ZFS pool name", name)
+	}
+	return nil
+}

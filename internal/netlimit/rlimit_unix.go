@@ -13,6 +13,12 @@ func getNofile() (soft, hard uint64, err error) {
 }
 
 func setNofile(soft, hard uint64) error {
-	r := syscall.Rlimit{Cur: soft, Max: hard}
+	var r syscall.Rlimit
+	setLimit(&r.Cur, soft)
+	setLimit(&r.Max, hard)
 	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r)
 }
+
+// setLimit stores v in a field of syscall.Rlimit: uint64 on Linux, int64
+// on FreeBSD.
+func setLimit[T int64 | uint64](field *T, v uint64) { *field = T(v) }

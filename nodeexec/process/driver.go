@@ -75,7 +75,7 @@ type Driver struct {
 	// logMu serialises capping logs.
 	logMu gosync.Mutex
 	// names serialises Start, Stop, Destroy and DeleteVolume per name.
-	names keyedMutex
+	names nodeexec.KeyedMutex
 
 	// scanMu guards cache, the /proc scan's memory of which processes are
 	// instances (so that each environ is read once per process).
@@ -280,39 +280,4 @@ func (d *Driver) imageDir(image string) (string, error) {
 		}
 	}
 	return filepath.Join(d.root, "images", filepath.FromSlash(image)), nil
-}
-
-// keyedMutex is a mutex per key, freed when nobody holds or waits for it.
-type keyedMutex struct {
-	mu gosync.Mutex
-	m  map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   gosync.Mutex
-	refs int
-}
-
-// lock locks key and returns the function that unlocks it.
-func (k *keyedMutex) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	if k.m == nil {
-		k.m = map[string]*keyedEntry{}
-	}
-	e := k.m[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.m[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(k.m, key)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -5,43 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
-
-func TestExpand(t *testing.T) {
-	env := map[string]string{"NAME": "web-0", "A_1": "x", "EMPTY": ""}
-	for _, tc := range []struct{ in, want string }{
-		{"plain", "plain"},
-		{"$NAME", "web-0"},
-		{"${NAME}", "web-0"},
-		{"pre-${NAME}-post", "pre-web-0-post"},
-		{"$NAME.log", "web-0.log"},
-		{"$A_1$NAME", "xweb-0"},
-		{"${A_1}1", "x1"},
-		{"$NOPE", ""},
-		{"[${NOPE}]", "[]"},
-		{"$EMPTY", ""},
-		{"$$NAME", "$NAME"},
-		{"$$$NAME", "$web-0"},
-		{"cost: 5$", "cost: 5$"},
-		{"$1 $? $@ $#", "$1 $? $@ $#"},
-		{"${x:-default}", "${x:-default}"},
-		{"${unclosed", "${unclosed"},
-		{"${}", "${}"},
-		{"$ NAME", "$ NAME"},
-		{"$((i+1))", "$((i+1))"},
-	} {
-		if got := expand(tc.in, env); got != tc.want {
-			t.Errorf("expand(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-	args := []string{"sh", "-c", "echo $NAME"}
-	if got := expandArgs(args, env); !slices.Equal(got, []string{"sh", "-c", "echo web-0"}) || args[2] != "echo $NAME" {
-		t.Errorf("expandArgs = %q (input now %q)", got, args)
-	}
-}
 
 func TestLookPath(t *testing.T) {
 	root := t.TempDir()
@@ -75,34 +41,6 @@ func lines(from, to int) string {
 	return b.String()
 }
 
-func TestCapLog(t *testing.T) {
-	for _, tc := range []struct {
-		name, content string
-		limit         int64
-		want          string
-	}{
-		{"under the limit", lines(0, 10), 1000, lines(0, 10)},
-		{"cut at a line", lines(0, 100), 400, lines(78, 100)},          // newest 200 bytes, from the line that starts in them
-		{"cut on a line boundary", lines(0, 100), 360, lines(80, 100)}, // exactly 20 lines of 9 bytes
-		{"one long line", strings.Repeat("x", 100), 40, strings.Repeat("x", 20)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "stdout.log")
-			os.WriteFile(path, []byte(tc.content), 0o600)
-			if err := capLog(path, tc.limit); err != nil {
-				t.Fatal(err)
-			}
-			got, _ := os.ReadFile(path)
-			if string(got) != tc.want {
-				t.Errorf("after capLog:\n%q\nwant\n%q", got, tc.want)
-			}
-		})
-	}
-	if err := capLog(filepath.Join(t.TempDir(), "missing.log"), 10); err != nil {
-		t.Errorf("capLog of a missing log: %v", err)
-	}
-}
-
 func TestLogsTail(t *testing.T) {
 	d := newDriver(t, Options{})
 	dir := d.instanceDir("web-0")
@@ -133,26 +71,6 @@ func TestLogsTail(t *testing.T) {
 	}
 	if got, _ := d.Logs("web-0", 0); len(got) != 0 {
 		t.Errorf("Logs(0) = %q", got)
-	}
-}
-
-func TestShare(t *testing.T) {
-	for _, tc := range []struct {
-		sizes []int64
-		room  int64
-		want  []int64
-	}{
-		{[]int64{10, 20}, 100, []int64{10, 20}},
-		{[]int64{10, 500}, 100, []int64{10, 90}},
-		{[]int64{500, 10}, 100, []int64{90, 10}},
-		{[]int64{500, 500}, 100, []int64{50, 50}},
-		{[]int64{500, 500}, 0, []int64{0, 0}},
-		{[]int64{500}, 100, []int64{100}},
-		{nil, 100, []int64{}},
-	} {
-		if got := share(tc.sizes, tc.room); !slices.Equal(got, tc.want) {
-			t.Errorf("share(%v, %d) = %v, want %v", tc.sizes, tc.room, got, tc.want)
-		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/logfile"
 	"github.com/keel-dev/keel/render"
 )
 
@@ -276,7 +277,7 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	if len(spec.Spec.Command) == 0 {
 		return nodeexec.Process{}, fmt.Errorf("start %s: no command", name)
 	}
-	unlock := d.names.lock("instance/" + name)
+	unlock := d.names.Lock("instance/" + name)
 	defer unlock()
 
 	running, err := d.running(ctx)
@@ -300,7 +301,7 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	if err != nil {
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
-	argv := expandArgs(spec.Spec.Command, env)
+	argv := nodeexec.ExpandArgs(spec.Spec.Command, env)
 	if slices.Equal(spec.Spec.Command, render.DefaultCommand) {
 		// The default boots the image's own init, as a FreeBSD jail does.
 		// Here there is no chroot: run the root's /etc/rc if the image has
@@ -318,12 +319,12 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 
 	dir := d.instanceDir(name)
 	d.capLogs(name)
-	stdout, err := openLog(filepath.Join(dir, "stdout.log"))
+	stdout, err := logfile.Open(logfile.Path(dir, "stdout"))
 	if err != nil {
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
 	defer stdout.Close()
-	stderr, err := openLog(filepath.Join(dir, "stderr.log"))
+	stderr, err := logfile.Open(logfile.Path(dir, "stderr"))
 	if err != nil {
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -411,7 +412,7 @@ func (d *Driver) Stop(ctx context.Context, name string, grace time.Duration) err
 	if err := checkName("instance", name); err != nil {
 		return err
 	}
-	unlock := d.names.lock("instance/" + name)
+	unlock := d.names.Lock("instance/" + name)
 	defer unlock()
 
 	// Usually one round. More when the command detached a process into a
@@ -568,7 +569,7 @@ func (d *Driver) Destroy(ctx context.Context, name string) error {
 	if err := checkName("instance", name); err != nil {
 		return err
 	}
-	unlock := d.names.lock("instance/" + name)
+	unlock := d.names.Lock("instance/" + name)
 	defer unlock()
 	running, err := d.running(ctx)
 	if err != nil {

@@ -1,38 +1,20 @@
 package process
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"math"
 	"os"
-	"path/filepath"
 
 	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/logfile"
 )
-
-// logStreams are an instance's two logs, in the order Logs shows them.
-var logStreams = []string{"stdout", "stderr"}
-
-// maxLineAlign is how far a cut log may skip forward to start at a line.
-const maxLineAlign = 4096
-
-// openLog opens a log for the instance to append to. Every writer uses
-// O_APPEND, which is what makes capLog's copy-truncate safe: after the
-// truncation, writes land at the new end instead of leaving a hole.
-func openLog(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-}
 
 // Logs returns the tail of the instance's output, at most limit bytes, as
 // tail(1) shows several files: the end of stdout.log under a line
-// "==> stdout <==", then the end of stderr.log under "==> stderr <==". A
-// stream with no output is left out. When both do not fit, each gets half
-// the room (and what one does not need goes to the other); a stream that
-// was cut starts at a line boundary when one is near. It returns an error
-// wrapping nodeexec.ErrNotFound for an instance that does not exist.
+// "==> stdout <==", then the end of stderr.log under "==> stderr <==" (see
+// logfile.Tail). It returns an error wrapping nodeexec.ErrNotFound for an
+// instance that does not exist.
 //
 // Each log is capped at Options.LogMax by Running (for the instances that
 // run) and by Start: past the cap, the newest half is kept.
@@ -44,110 +26,11 @@ func (d *Driver) Logs(name string, limit int) ([]byte, error) {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("logs %s: %w", name, nodeexec.ErrNotFound)
 	}
-	if limit <= 0 {
-		return nil, nil
-	}
-	var files []*os.File
-	var sizes []int64
-	var headers []string
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	for _, s := range logStreams {
-		f, err := os.Open(filepath.Join(dir, s+".log"))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("logs %s: %w", name, err)
-		}
-		fi, err := f.Stat()
-		if err != nil || fi.Size() == 0 {
-			f.Close()
-			continue
-		}
-		files = append(files, f)
-		sizes = append(sizes, fi.Size())
-		headers = append(headers, "==> "+s+" <==\n")
-	}
-	room := int64(limit)
-	for i, h := range headers {
-		room -= int64(len(h))
-		if i > 0 {
-			room-- // a newline the previous stream may lack
-		}
-	}
-	shares := share(sizes, max(room, 0))
-	var out bytes.Buffer
-	for i, f := range files {
-		if i > 0 && out.Len() > 0 && out.Bytes()[out.Len()-1] != '\n' {
-			out.WriteByte('\n')
-		}
-		out.WriteString(headers[i])
-		n, cut := shares[i], shares[i] < sizes[i]
-		if cut {
-			n++ // and the byte before, to tell whether the tail starts a line
-		}
-		buf := make([]byte, n)
-		got, err := f.ReadAt(buf, sizes[i]-n)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("logs %s: %w", name, err)
-		}
-		buf = buf[:got]
-		if cut {
-			buf = alignTail(buf)
-		}
-		out.Write(buf)
-	}
-	b := out.Bytes()
-	if len(b) > limit {
-		b = b[len(b)-limit:]
+	b, err := logfile.Tail(dir, limit)
+	if err != nil {
+		return nil, fmt.Errorf("logs %s: %w", name, err)
 	}
 	return b, nil
-}
-
-// share divides room among sizes: equal parts, and what a small one does
-// not need to the others.
-func share(sizes []int64, room int64) []int64 {
-	out := make([]int64, len(sizes))
-	left := len(sizes)
-	for left > 0 {
-		part := room / int64(left)
-		progress := false
-		for i, s := range sizes {
-			if out[i] == 0 && s <= part && s > 0 {
-				out[i], room, left, progress = s, room-s, left-1, true
-			}
-		}
-		if !progress {
-			for i, s := range sizes {
-				if out[i] == 0 && s > 0 {
-					out[i] = part
-				}
-			}
-			break
-		}
-	}
-	return out
-}
-
-// alignTail takes the tail of a log preceded by the byte before it, and
-// returns the tail from its first whole line, if one starts near the
-// beginning.
-func alignTail(b []byte) []byte {
-	if len(b) == 0 {
-		return b
-	}
-	prev, b := b[0], b[1:]
-	if prev == '\n' {
-		return b
-	}
-	if i := bytes.IndexByte(b, '\n'); i >= 0 && i < maxLineAlign {
-		return b[i+1:]
-	}
-	return b
 }
 
 // capLogs caps both of an instance's logs at d.logMax. A failure is logged,
@@ -156,45 +39,9 @@ func alignTail(b []byte) []byte {
 func (d *Driver) capLogs(name string) {
 	d.logMu.Lock()
 	defer d.logMu.Unlock()
-	for _, s := range logStreams {
-		if err := capLog(filepath.Join(d.instanceDir(name), s+".log"), d.logMax); err != nil {
+	for _, s := range logfile.Streams {
+		if err := logfile.Cap(logfile.Path(d.instanceDir(name), s), d.logMax); err != nil {
 			d.log.Warn("capping an instance's log", "instance", name, "err", err)
 		}
 	}
-}
-
-// capLog keeps the newest half of a log longer than limit, in place
-// (copy-truncate: the instance holds the file open with O_APPEND, so it
-// cannot be renamed away). Output written between the last read and the
-// truncation, a window of microseconds, is lost.
-func capLog(path string, limit int64) error {
-	if fi, err := os.Stat(path); err != nil || fi.Size() <= limit {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		return err // the cheap, common case: nothing to do
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0) // no O_APPEND: WriteAt must write at 0
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || fi.Size() <= limit {
-		return err
-	}
-	// One byte before the newest half, to tell whether it starts a line.
-	from := fi.Size() - limit/2 - 1
-	buf, err := io.ReadAll(io.NewSectionReader(f, from, math.MaxInt64-from)) // to EOF, including what was just appended
-	if err != nil || len(buf) == 0 {
-		return err
-	}
-	buf = alignTail(buf)
-	if _, err := f.WriteAt(buf, 0); err != nil {
-		return err
-	}
-	return f.Truncate(int64(len(buf)))
 }

@@ -66,7 +66,7 @@ func (d *Driver) DeleteVolume(ctx context.Context, name string) error {
 	if err := checkName("volume", name); err != nil {
 		return err
 	}
-	unlock := d.names.lock("volume/" + name)
+	unlock := d.names.Lock("volume/" + name)
 	defer unlock()
 	path := d.volumeDir(name)
 	if fi, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.IsDir()) {
