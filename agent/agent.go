@@ -529,9 +529,10 @@ func (a *Agent) pass(ctx context.Context) {
 	case !a.gitOK && !a.fetchedAt.IsZero():
 		planAt = a.fetchedAt // restarted while git is unreachable
 	}
-	own := a.ownReport(ctx, planAt)
-	reports := append(slices.Clone(a.peers), own)
 	m := a.applied.model
+	own := a.ownReport(ctx, planAt)
+	keepUp(&own, a.peers, now.Add(planner.MaxClockLead(m)))
+	reports := append(slices.Clone(a.peers), own)
 	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: planAt,
 		PresumeAlive: a.warmingUp(m, planAt)})
 	a.plan = plan
@@ -574,6 +575,30 @@ func (a *Agent) pass(ctx context.Context) {
 	a.network(ctx, m, plan)
 	a.updateInstanceMetrics(m)
 	a.publish(ctx, now)
+}
+
+// keepUp dates this node's own report, for its own plan, no earlier than
+// the newest of the peers' reports (up to limit: now plus the clock lead
+// allowed): a node is alive in its own plan. Its report is dated at planAt,
+// the start of the last successful fetch, but a slow fetch (a busy machine)
+// brings reports pushed while it ran, and the newest report is what every
+// node is judged against: dated more than the TTL before it, this node
+// would judge itself dead, and hand its own instances to a node it had
+// taken them from (a move back). Since moves with Time, so that the node
+// does not look settled sooner than its peers see it.
+func keepUp(own *report.Report, peers []report.Report, limit time.Time) {
+	newest := own.Time
+	for i := range peers {
+		if t := peers[i].Time; t.After(newest) && !t.After(limit) {
+			newest = t
+		}
+	}
+	if d := newest.Sub(own.Time); d > 0 {
+		own.Time = newest
+		if !own.Since.IsZero() {
+			own.Since = own.Since.Add(d)
+		}
+	}
 }
 
 // waitingText describes the instances a pass waited for, in name order.
