@@ -100,8 +100,8 @@ func TestCommandTexts(t *testing.T) {
 
 		{"umount of no mount point", []string{"umount", "/zroot/keel/jails/web/etc"}, 1, "", "umount: /zroot/keel/jails/web/etc: not a file system root directory\n"},
 		{"umount unknown flag", []string{"umount", "-Z", "/x"}, 1, "", "umount: illegal option -- Z\nusage: umount [-fNnv]..."},
-		{"nullfs onto a missing directory", []string{"mount", "-t", "nullfs", "/zroot/keel/volumes/data", "/zroot/keel/jails/web/missing"}, 64, "",
-			"mount_nullfs: /zroot/keel/jails/web/missing: No such file or directory\n"},
+		{"nullfs onto a missing directory", []string{"mount", "-t", "nullfs", "/zroot/keel/volumes/data", "/zroot/keel/jails/web/missing"}, 1, "",
+			"mount: /zroot/keel/jails/web/missing: No such file or directory\n"},
 		{"mount unknown flag", []string{"mount", "-Z"}, 1, "", "mount: illegal option -- Z\nusage: mount [-adflpruvw]..."},
 
 		{"ps unknown flag", []string{"ps", "-Q"}, 1, "", "ps: illegal option -- Q\nusage: ps [-aCcdefHhjlmrSTuvwXxZ]..."},

@@ -97,7 +97,7 @@ func TestProvisionAndDelete(t *testing.T) {
 			t.Fatalf("quota = %q", got)
 		}
 	}
-	if got := must(t, s, "mount", "-p"); !strings.Contains(got, "/zroot/keel/volumes/data /zroot/keel/jails/web/data nullfs\trw\t\t0 0\n") {
+	if got := must(t, s, "mount", "-p"); !strings.Contains(got, "/zroot/keel/volumes/data /zroot/keel/jails/web/data nullfs\trw,nfsv4acls \t0 0\n") {
 		t.Fatalf("mount -p:\n%s", got)
 	}
 	// 5: bridge, epair, addressing, default route.
