@@ -51,7 +51,7 @@ func TestCommandTexts(t *testing.T) {
 		{"create -p an existing dataset", []string{"zfs", "create", "-p", "zroot/keel/volumes/data"}, 0, "", ""},
 		{"snapshot twice", []string{"zfs", "snapshot", "zroot/keel/base/test@keel"}, 1, "",
 			"cannot create snapshot 'zroot/keel/base/test@keel': dataset already exists\n"},
-		{"zfs unknown flag", []string{"zfs", "list", "-Z"}, 2, "", "zfs: illegal option -- Z\ninvalid option 'Z'\nusage:\n\tlist [-Hp]..."},
+		{"zfs unknown flag", []string{"zfs", "list", "-Z"}, 2, "", "zfs: invalid option -- Z\ninvalid option 'Z'\nusage:\n\tlist [-Hp]..."},
 		{"zfs get missing argument", []string{"zfs", "get", "-o"}, 2, "", "missing argument for 'o' option\nusage:\n..."},
 		{"zfs set a bad quota", []string{"zfs", "set", "quota=lots", "zroot/keel/volumes/data"}, 1, "",
 			"cannot set property for 'zroot/keel/volumes/data': bad numeric value 'lots'\n"},

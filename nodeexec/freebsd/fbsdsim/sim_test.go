@@ -261,7 +261,7 @@ func TestHooks(t *testing.T) {
 	if code, _ := p3.Wait(); code != 1 {
 		t.Fatalf("missing command code %d", code)
 	}
-	if b, _ := os.ReadFile(f.Name()); string(b) != "jexec: execvp(): /usr/local/bin/missing: No such file or directory\n" {
+	if b, _ := os.ReadFile(f.Name()); string(b) != "jexec: execvp: /usr/local/bin/missing: No such file or directory\n" {
 		t.Fatalf("stderr %q", b)
 	}
 }
