@@ -73,7 +73,7 @@ func TestCommandTexts(t *testing.T) {
 
 		{"vnet into a jail without vnet", []string{"ifconfig", "epair1b", "vnet", "keel-plain"}, 1, "", "ifconfig: SIOCSIFVNET: File exists\n"},
 		{"vnet into a missing jail", []string{"ifconfig", "epair1b", "vnet", "keel-gone"}, 1, "", "ifconfig: jail \"keel-gone\" not found\n"},
-		{"epair created twice", []string{"ifconfig", "epair1", "create"}, 1, "", "ifconfig: SIOCIFCREATE2: File exists\n"},
+		{"epair created twice", []string{"ifconfig", "epair1", "create"}, 1, "", "ifconfig: interface epair1 already exists\n"},
 		{"addm twice", []string{"ifconfig", "keel0", "addm", "epair1a"}, 1, "", "ifconfig: BRDGADD epair1a: File exists\n"},
 		{"gateway alias twice", []string{"ifconfig", "keel0", "inet", "10.0.60.1/24", "alias"}, 1, "", "ifconfig: ioctl (SIOCAIFADDR): File exists\n"},
 		{"-alias absent", []string{"ifconfig", "keel0", "-alias", "10.0.60.77"}, 1, "", "ifconfig: ioctl (SIOCDIFADDR): Can't assign requested address\n"},
@@ -88,7 +88,7 @@ func TestCommandTexts(t *testing.T) {
 		{"route via an unreachable gateway", []string{"route", "add", "-net", "10.0.209.0/24", "172.16.0.1"}, 1,
 			"add net 10.0.209.0/24: gateway 172.16.0.1 fib 0: Network is unreachable\n", "route: message indicates error: Network is unreachable\n"},
 		{"route delete", []string{"route", "delete", "-net", "10.0.207.0/24"}, 0, "delete net 10.0.207.0/24\n", ""},
-		{"route unknown flag", []string{"route", "-Z", "add"}, 64, "", "route: illegal option -- Z\nusage: route [-46dnqtv] command [[modifiers] args]\n"},
+		{"route unknown flag", []string{"route", "-Z", "add"}, 64, "", "route: illegal option -- Z\nroute: usage: route [-46dnqtv] command [[modifiers] args]\n"},
 
 		{"rctl -r with no rules", []string{"rctl", "-r", "jail:keel-web"}, 1, "", "rctl: failed to remove rule 'jail:keel-web': No such process\n"},
 		{"rctl bad rule", []string{"rctl", "-a", "jail:keel-web:bogus:deny=1"}, 1, "", "rctl: failed to add rule 'jail:keel-web:bogus:deny=1': Invalid argument\n"},
