@@ -1,6 +1,7 @@
 package fbsdsim
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,7 +107,7 @@ func TestSourceTexts(t *testing.T) {
 		// bin/kill/kill.c main(): errors = 1.
 		{"kill bad pid", []string{"kill", "-s", "TERM", "bogus"}, 1, "", "kill: illegal process id: bogus\n"},
 		// sbin/pfctl/pfctl.c main() and pfctl_parser.c print_status().
-		{"pfctl -s info", []string{"pfctl", "-s", "info"}, 0, "Status: Enabled for 0 days 00:00:00           Debug: Urgent\n\n...", ""},
+		{"pfctl -s info", []string{"pfctl", "-s", "info"}, 0, "Status: Enabled for 0 days 00:00:...", ""},
 		{"pfctl show modifier prefix", []string{"pfctl", "-a", "keel", "-s", "n"}, 0,
 			"rdr pass on em0 inet proto tcp from any to em0 port 80 -> 10.0.0.2 port 80\n", ""},
 		{"pfctl unknown show modifier", []string{"pfctl", "-s", "bogus"}, 1, "", "pfctl: Unknown show modifier 'bogus'\n" + pfUsage},
@@ -117,7 +118,11 @@ func TestSourceTexts(t *testing.T) {
 		// pfctl_parser.c print_rule: an anchor call prints as
 		// <anchortype> "<name>".
 		{"pfctl -s nat of the main ruleset", []string{"pfctl", "-s", "nat"}, 0, "rdr-anchor \"keel\" all\n", ""},
-		{"pfctl -s rules of the main ruleset", []string{"pfctl", "-s", "rules"}, 0, "pass all\nanchor \"keel\" all\n", ""},
+		{"pfctl -s rules of the main ruleset", []string{"pfctl", "-s", "rules"}, 0, "anchor \"keel\" all\npass all\n", ""},
+		{"pfctl -s Anchors", []string{"pfctl", "-s", "A"}, 0, "  keel\n", ""},
+		{"pfctl -F nat of an anchor", []string{"pfctl", "-a", "keel", "-F", "n"}, 0, "", "nat cleared\n"},
+		{"pfctl -e when enabled", []string{"pfctl", "-e"}, 1, "", "pfctl: pf already enabled\n"},
+		{"pfctl -a alone", []string{"pfctl", "-a", "keel"}, 1, "", "pfctl: anchors apply to -f, -F, -s, and -T only\n" + pfUsage},
 		// sys/contrib/openzfs/cmd/zfs/zfs_main.c zfs_do_create ':' case,
 		// zfs_do_set argument order, zfs_do_list "no datasets available".
 		{"zfs create without an -o argument", []string{"zfs", "create", "-o"}, 2, "", "missing size argument\nusage:\n\tcreate..."},
@@ -144,9 +149,6 @@ func TestSourceTexts(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if pendingSource[tc.name] {
-				t.Skip("not yet fixed")
-			}
 			res := run(t, s, tc.argv...)
 			if res.Code != tc.code {
 				t.Errorf("exit %d, want %d (stderr %q)", res.Code, tc.code, res.Stderr)
@@ -165,8 +167,13 @@ func TestSourceTexts(t *testing.T) {
 			check("stderr", string(res.Stderr), tc.stderr)
 		})
 	}
-	if got := must(t, s, "ifconfig", "keel0"); !pendingSource["remove an alias"] && strings.Contains(got, "10.0.99.8") {
+	if got := must(t, s, "ifconfig", "keel0"); strings.Contains(got, "10.0.99.8") {
 		t.Errorf("remove left the alias: %s", got)
+	}
+	// pfctl_parser.c print_status: "%-44s" then "%15s\n\n".
+	info := must(t, s, "pfctl", "-s", "info")
+	if line, rest, _ := strings.Cut(info, "\n"); len(line) != 59 || !strings.HasSuffix(line, "  Debug: Urgent") || rest != "\n" {
+		t.Errorf("pfctl -s info = %q", info)
 	}
 }
 
@@ -175,9 +182,6 @@ func TestSourceTexts(t *testing.T) {
 // (usr.sbin/jail/state.c start_state finds it with JAIL_DYING; sys/kern/
 // kern_jail.c sys_jail_remove "Silently ignore already-dying prisons").
 func TestSourceProcesses(t *testing.T) {
-	if pendingSource["processes"] {
-		t.Skip("not yet fixed")
-	}
 	s, _ := host(t)
 	must(t, s, "zfs", "snapshot", "zroot/keel/base/test@keel")
 	must(t, s, "zfs", "clone", "zroot/keel/base/test@keel", "zroot/keel/jails/a")
@@ -189,6 +193,15 @@ func TestSourceProcesses(t *testing.T) {
 	pid := strconv.Itoa(p.Pid())
 	if got := must(t, s, "ps", "-p", pid, "-o", "state="); got != "SJ\n" {
 		t.Errorf("state of a jailed process = %q, want SJ", got)
+	}
+	// bin/ps/keyword.c parsefmt: an item with "=" takes the rest of the
+	// argument as its header; ps.c: a column is as wide as its header and
+	// values, pid right-justified, the last left-justified column unpadded.
+	if got, want := must(t, s, "ps", "-p", pid, "-o", "pid=,state"), fmt.Sprintf(",state\n%6s\n", pid); got != want {
+		t.Errorf("ps -o pid=,state = %q, want %q", got, want)
+	}
+	if got := must(t, s, "ps", "-p", pid, "-o", "state,lstart"); !strings.HasPrefix(got, "STAT STARTED\nSJ   ") {
+		t.Errorf("ps -o state,lstart = %q", got)
 	}
 	must(t, s, "jail", "-r", "keel-a")
 	if got := must(t, s, "ps", "-p", pid, "-o", "state="); got != "ZJ\n" {
@@ -205,14 +218,4 @@ func TestSourceProcesses(t *testing.T) {
 	if res.Code != 1 || string(res.Stderr) != "jail: \"keel-a\" not found\n" {
 		t.Errorf("jail -r of a removed jail: exit %d %q", res.Code, res.Stderr)
 	}
-}
-
-var pendingSource = map[string]bool{
-
-	"sysctl counts failures": true, "sysctl vimage on GENERIC": true,
-	"ps bad pid": true, "kill bad pid": true, "pfctl -s info": true, "pfctl show modifier prefix": true,
-	"pfctl unknown show modifier": true, "pfctl extra argument": true, "pfctl shows before it loads": true,
-	"pfctl load the main ruleset": true, "pfctl -s nat of the main ruleset": true,
-	"pfctl -s rules of the main ruleset": true,
-	"processes":                          true,
 }
