@@ -102,8 +102,11 @@ var (
 	// directory" on 15.1 (§3.2).
 	msgNotMounted = []string{"not a file system root directory", "not currently mounted"}
 	// ifconfig alias/addm/create and route add of what exists: "File
-	// exists", "already exists" (§4.2, §10.13); route(8) prints "route
-	// already in table" for EEXIST (sbin/route/route.c newroute).
+	// exists", "already exists" (§4.2, §10.13): sbin/ifconfig/ifconfig.c
+	// Perror "ioctl (SIOCAIFADDR): File exists", ifbridge.c "BRDGADD %s"
+	// with EEXIST, ioctl_ifcreate "interface %s already exists" for an
+	// epair unit in use; route(8) prints "route already in table" for
+	// EEXIST (sbin/route/route.c newroute).
 	msgExists = []string{"File exists", "already exists", "already in table"}
 	// ifconfig of a missing interface: "interface <if> does not exist"
 	// (§4.5).

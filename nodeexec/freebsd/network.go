@@ -40,7 +40,8 @@ func (d *Driver) ifaceExists(ctx context.Context, iface string) (bool, error) {
 }
 
 // clonedBridge is what `ifconfig bridge create` prints: the new bridge's
-// name (sbin/ifconfig/ifclone.c clone_create prints ifr_name).
+// name (sbin/ifconfig/ifclone.c ifclonecreate prints the name the kernel
+// gave back when it differs from the one asked for).
 var clonedBridge = regexp.MustCompile(`^bridge[0-9]+$`)
 
 // ensureBridgeLocked creates the bridge when it does not exist, and never

@@ -65,9 +65,9 @@ func TestParsePS(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []psEntry{
-		{812, "Ss", time.Date(2023, 11, 14, 22, 15, 1, 0, loc)},
-		{845, "I", time.Date(2023, 11, 14, 22, 15, 2, 0, loc)},
-		{1204, "Z", time.Date(2023, 11, 15, 9, 5, 44, 0, loc)},
+		{812, "SsJ", time.Date(2023, 11, 14, 22, 15, 1, 0, loc)},
+		{845, "IJ", time.Date(2023, 11, 14, 22, 15, 2, 0, loc)},
+		{1204, "ZJ", time.Date(2023, 11, 15, 9, 5, 44, 0, loc)},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parsePS = %+v\nwant %+v", got, want)

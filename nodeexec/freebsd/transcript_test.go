@@ -247,7 +247,7 @@ func TestTranscriptFailedProvisionUnwinds(t *testing.T) {
 	// The jail's default route fails, as it did on a real node whose base
 	// image lacked /sbin/route (docs/freebsd-notes.md §10.20, §10.21).
 	h.sim.FailNext([]string{"jexec", "keel-web-0", "/sbin/route", "add", "default"},
-		"jexec: execvp(): /sbin/route: No such file or directory\n", 1)
+		"jexec: execvp: /sbin/route: No such file or directory\n", 1)
 	tr.step("a provision that fails at the default route, and its unwinding", func() {
 		if _, err := d.Start(t.Context(), spec); err == nil || !strings.Contains(err.Error(), "/sbin/route") {
 			t.Fatalf("Start = %v, want the route failure", err)

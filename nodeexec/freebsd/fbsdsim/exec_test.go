@@ -68,8 +68,15 @@ func TestExecutableMode(t *testing.T) {
 	if pids != strconv.Itoa(p.Pid()) {
 		t.Fatalf("ps -J %s -o pid= = %q, want %d", jid, pids, p.Pid())
 	}
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid())); err != nil || !strings.HasPrefix(string(b), "sleep\x00300") {
-		t.Fatalf("workload is not the real sleep: %q %v", b, err)
+	// jexec records itself before it execs sleep: poll until the exec.
+	var cmdline []byte
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if cmdline, err = os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid())); err != nil || strings.HasPrefix(string(cmdline), "sleep\x00300") {
+			break
+		}
+	}
+	if err != nil || !strings.HasPrefix(string(cmdline), "sleep\x00300") {
+		t.Fatalf("workload is not the real sleep: %q %v", cmdline, err)
 	}
 
 	// Concurrent invocations: no update may be lost under the lock.

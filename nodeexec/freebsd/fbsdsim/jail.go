@@ -9,10 +9,13 @@ import (
 	"time"
 )
 
-// jailUsage is usage() in usr.sbin/jail/jail.c.
+// jailUsage is usage() in usr.sbin/jail/jail.c; jailOpts is main's
+// getopt string there.
+const jailOpts = "cde:f:hiJ:lmn:p:qrRs:u:U:v"
+
 const jailUsage = "usage: jail [-dhilqv] [-J jid_file] [-u username] [-U username]\n" +
 	"            -[cmr] param=value ... [command=command ...]\n" +
-	"       jail [-dqv] [-f file] -[cmr] [jail]\n" +
+	"       jail [-dqv] [-f file] [-e separator] -[cmr] [jail]\n" +
 	"       jail [-qv] [-f file] -[rR] ['*' | jail ...]\n" +
 	"       jail [-dhilqv] [-J jid_file] [-u username] [-U username]\n" +
 	"            [-n jailname] [-s securelevel]\n" +
@@ -65,7 +68,7 @@ func splitNo(name string) (string, bool) {
 // add_param/check_intparams/import_params, command.c run_command).
 // `jail -r` goes to Sim.jailRemove.
 func cmdJail(c *call, args []string) int {
-	r := getopt("jail", args, "cdf:hiJ:lmn:p:qrRs:u:U:v")
+	r := getopt("jail", args, jailOpts)
 	if r.bad != 0 {
 		fmt.Fprint(c.errb, r.msg+jailUsage)
 		return 1
@@ -75,15 +78,23 @@ func cmdJail(c *call, args []string) int {
 		switch o.c {
 		case 'c':
 			create = true
-		case 'm', 'n', 's', 'u', 'U', 'l', 'J', 'h', 'i', 'f', 'p':
+		case 'm', 'n', 's', 'u', 'U', 'l', 'J', 'h', 'i', 'f', 'p', 'e', 'r', 'R':
 			fmt.Fprintf(c.errb, "fbsdsim: jail -%c is not modelled\n", o.c)
 			return 1
 		}
 	}
-	if !create || len(r.rest) == 0 || (len(r.rest) == 1 && !strings.Contains(r.rest[0], "=")) {
-		// The config-file form (jail -c name) needs /etc/jail.conf, which
-		// is not modelled; an argument-less -c is a usage error.
+	switch {
+	case !create && len(r.rest) >= 4 && strings.HasPrefix(r.rest[0], "/"):
+		// jail.c main: the old command line, path hostname ip command.
+		fmt.Fprint(c.errb, "fbsdsim: jail's old command line (path hostname ip command) is not modelled\n")
+		return 1
+	case !create:
 		fmt.Fprint(c.errb, jailUsage)
+		return 1
+	case len(r.rest) == 0 || (len(r.rest) == 1 && !strings.Contains(r.rest[0], "=")):
+		// jail.c main: the config-file form (jail -c [name]) reads
+		// /etc/jail.conf, which is not modelled.
+		fmt.Fprint(c.errb, "fbsdsim: jail -c from /etc/jail.conf is not modelled\n")
 		return 1
 	}
 	vals := map[string]string{}

@@ -260,7 +260,8 @@ func cmdSysctl(c *call, args []string) int {
 			c.outf("%s: %s -> %s\n", name, v, val)
 		}
 	}
-	return min(warns, 1)
+	// sysctl.c main: the exit status is warncount.
+	return warns
 }
 
 func (c *call) printOID(k string, nflag bool) {
@@ -271,44 +272,105 @@ func (c *call) printOID(k string, nflag bool) {
 	}
 }
 
-// pfctlUsage is usage() in sbin/pfctl/pfctl.c (FreeBSD 14).
+// pfctlUsage is usage() in sbin/pfctl/pfctl.c (FreeBSD 14; a newer
+// main lists -S as well, see MODEL.md).
 const pfctlUsage = "usage: pfctl [-AdeghMmNnOPqRrvz] [-a anchor] [-D macro=value] [-F modifier]\n" +
 	"\t[-f file] [-i interface] [-K host | network]\n" +
 	"\t[-k host | network | gateway | label | id] [-o level] [-p device]\n" +
 	"\t[-s modifier] [-t table -T command [address ...]] [-x level]\n"
 
-// cmdPfctl is pfctl(8) for anchors: -a <anchor> -f <file> (load,
-// replacing the anchor's rules), -s nat|rules|Anchors, -F all|nat|rules.
-// Without pf.ko, opening /dev/pf fails: err(1, "%s", pf_device). The
-// rules file is read under the simulator's root and may only hold
-// comments, blank lines, `rdr [pass] on <if> inet proto tcp from any to
-// <dst> port <n> -> <addr> port <n>` and `pass ...` lines; anything else
-// is "<file>:<line>: syntax error" and "Syntax error in config file: pf
-// rules not loaded" (sbin/pfctl/parse.y yyerror, pfctl.c pfctl_rules).
+// pfctl.c clearopt_list and showopt_list: -F and -s take any prefix of
+// these, the first that matches (pfctl_lookup_option).
+var (
+	pfClearOpts = []string{"nat", "queue", "rules", "Sources", "states", "info", "Tables", "osfp", "all", "ethernet", "Reset"}
+	pfShowOpts  = []string{"ether", "nat", "queue", "rules", "Anchors", "Sources", "states", "info", "Interfaces", "labels", "timeouts", "memory", "Tables", "osfp", "Running", "all", "creatorids"}
+)
+
+func pfLookup(arg string, list []string) string {
+	if arg == "" {
+		return ""
+	}
+	for _, o := range list {
+		if strings.HasPrefix(o, arg) {
+			return o
+		}
+	}
+	return ""
+}
+
+// cmdPfctl is pfctl(8) (sbin/pfctl/pfctl.c main): the options are
+// checked first (an unknown -s or -F modifier and an extra argument are a
+// warning and the usage, exit 1), then /dev/pf is opened (without pf.ko:
+// err(1, "%s", pf_device)), then -d, -s, -F, -f and -e run in that order.
+// -s nat|rules|Anchors|info and -F nat|rules are modelled. The rules file
+// is read under the simulator's root and may only hold comments, blank
+// lines, `rdr [pass] on <if> inet proto tcp from any to <dst> port <n> ->
+// <addr> port <n>`, `pass ...` and anchor calls (`rdr-anchor "<name>"`,
+// `anchor "<name>"`); anything else is "<file>:<line>: syntax error" and
+// "Syntax error in config file: pf rules not loaded" (sbin/pfctl/parse.y
+// yyerror, pfctl.c pfctl_rules). A file replaces the whole ruleset of its
+// anchor. Rules print as loaded, anchor calls as pfctl_parser.c
+// print_rule does (`rdr-anchor "keel" all`).
 func cmdPfctl(c *call, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.errb, pfctlUsage)
+		return 1
+	}
 	r := getopt("pfctl", args, "a:AdD:eqf:F:ghi:k:K:mMnNOo:Pp:rRs:St:T:vx:z")
 	if r.bad != 0 {
 		fmt.Fprint(c.errb, r.msg+pfctlUsage)
 		return 1
 	}
-	if len(r.rest) > 0 {
-		fmt.Fprint(c.errb, pfctlUsage)
-		return 1
-	}
 	anchor, file, show, flush := "", "", "", ""
+	hasAnchor, quiet, noaction, enable, disable, write := false, false, false, false, false, false
 	for _, o := range r.opts {
 		switch o.c {
 		case 'a':
-			anchor = o.arg
+			anchor, hasAnchor = o.arg, true
 		case 'f':
-			file = o.arg
+			file, write = o.arg, true
 		case 's':
-			show = o.arg
+			if show = pfLookup(o.arg, pfShowOpts); show == "" {
+				fmt.Fprintf(c.errb, "pfctl: Unknown show modifier '%s'\n%s", o.arg, pfctlUsage)
+				return 1
+			}
 		case 'F':
-			flush = o.arg
-		case 'q', 'v', 'n':
+			if flush = pfLookup(o.arg, pfClearOpts); flush == "" {
+				fmt.Fprintf(c.errb, "pfctl: Unknown flush modifier '%s'\n%s", o.arg, pfctlUsage)
+				return 1
+			}
+			write = true
+		case 'q':
+			quiet = true
+		case 'n':
+			noaction = true
+		case 'e':
+			enable, write = true, true
+		case 'd':
+			disable, write = true, true
+		case 'v':
 		default:
 			fmt.Fprintf(c.errb, "fbsdsim: pfctl -%c is not modelled\n", o.c)
+			return 1
+		}
+	}
+	if len(r.rest) > 0 {
+		fmt.Fprintf(c.errb, "pfctl: unknown command line argument: %s ...\n%s", r.rest[0], pfctlUsage)
+		return 1
+	}
+	if hasAnchor {
+		switch {
+		case anchor == "":
+			fmt.Fprintf(c.errb, "pfctl: anchor name must not be empty\n")
+			return 1
+		case !write && show == "":
+			fmt.Fprintf(c.errb, "pfctl: anchors apply to -f, -F, -s, and -T only\n%s", pfctlUsage)
+			return 1
+		case write && (anchor[0] == '_' || strings.Contains(anchor, "/_")):
+			fmt.Fprintf(c.errb, "pfctl: anchor names beginning with '_' cannot be modified from the command line\n")
+			return 1
+		case strings.HasSuffix(anchor, "*"):
+			fmt.Fprintf(c.errb, "fbsdsim: pfctl -a %s (recursion) is not modelled\n", anchor)
 			return 1
 		}
 	}
@@ -316,15 +378,67 @@ func cmdPfctl(c *call, args []string) int {
 		fmt.Fprintf(c.errb, "pfctl: /dev/pf: No such file or directory\n")
 		return 1
 	}
-	if flush != "" {
-		switch flush {
-		case "all", "nat", "rules":
-			delete(c.st.PF.Anchors, anchor)
-			fmt.Fprintf(c.errb, "rules cleared\nnat cleared\n")
-		default:
-			fmt.Fprintf(c.errb, "pfctl: Unknown flush modifier '%s'\n", flush)
+	if noaction {
+		// main: -n turns off -s, -F, -e and -d; the rules are parsed only.
+		show, flush, enable, disable = "", "", false, false
+	}
+	note := func(msg string) {
+		if !quiet {
+			fmt.Fprint(c.errb, msg)
+		}
+	}
+	if disable {
+		// pfctl_disable.
+		if c.st.PF.Disabled {
+			fmt.Fprintf(c.errb, "pfctl: pf not enabled\n")
 			return 1
 		}
+		c.st.PF.Disabled, c.st.PF.Since = true, time.Now()
+		note("pf disabled\n")
+	}
+	rules := c.st.PF.Anchors[anchor]
+	switch show {
+	case "":
+	case "nat":
+		for _, l := range rules {
+			if pfNATRule(l) {
+				c.outf("%s\n", pfPrint(l))
+			}
+		}
+	case "rules":
+		for _, l := range rules {
+			if !pfNATRule(l) {
+				c.outf("%s\n", pfPrint(l))
+			}
+		}
+	case "Anchors":
+		// pfctl_show_anchors: the anchors below the given one.
+		for _, a := range c.st.pfAnchors() {
+			if anchor == "" && !strings.Contains(a, "/") {
+				c.outf("  %s\n", a)
+			} else if rest, ok := strings.CutPrefix(a, anchor+"/"); ok && anchor != "" && !strings.Contains(rest, "/") {
+				c.outf("  %s\n", a)
+			}
+		}
+	case "info":
+		c.pfStatus()
+	default:
+		fmt.Fprintf(c.errb, "fbsdsim: pfctl -s %s is not modelled\n", show)
+		return 1
+	}
+	switch flush {
+	case "":
+	case "nat":
+		// pfctl_flush_nat.
+		c.st.PF.setRules(anchor, pfKeep(rules, false))
+		note("nat cleared\n")
+	case "rules":
+		// pfctl_flush_rules.
+		c.st.PF.setRules(anchor, pfKeep(rules, true))
+		note("rules cleared\n")
+	default:
+		fmt.Fprintf(c.errb, "fbsdsim: pfctl -F %s is not modelled\n", flush)
+		return 1
 	}
 	if file != "" {
 		b, err := os.ReadFile(c.path(file))
@@ -332,7 +446,7 @@ func cmdPfctl(c *call, args []string) int {
 			fmt.Fprintf(c.errb, "pfctl: %s: No such file or directory\npfctl: cannot open the main config file!: No such file or directory\npfctl: Syntax error in config file: pf rules not loaded\n", file)
 			return 1
 		}
-		var rules []string
+		var loaded []string
 		for n, line := range strings.Split(string(b), "\n") {
 			line = strings.TrimSpace(line)
 			if i := strings.IndexByte(line, '#'); i >= 0 {
@@ -345,40 +459,112 @@ func cmdPfctl(c *call, args []string) int {
 				fmt.Fprintf(c.errb, "%s:%d: syntax error\npfctl: Syntax error in config file: pf rules not loaded\n", file, n+1)
 				return 1
 			}
-			rules = append(rules, strings.Join(strings.Fields(line), " "))
+			loaded = append(loaded, strings.Join(strings.Fields(line), " "))
 		}
-		c.st.PF.Anchors[anchor] = rules
+		if !noaction {
+			c.st.PF.setRules(anchor, loaded)
+		}
 	}
-	switch show {
-	case "":
-	case "nat":
-		for _, l := range c.st.PF.Anchors[anchor] {
-			if strings.HasPrefix(l, "rdr") {
-				c.outf("%s\n", l)
-			}
+	if enable {
+		// pfctl_enable.
+		if !c.st.PF.Disabled {
+			fmt.Fprintf(c.errb, "pfctl: pf already enabled\n")
+			return 1
 		}
-	case "rules":
-		for _, l := range c.st.PF.Anchors[anchor] {
-			if strings.HasPrefix(l, "pass") {
-				c.outf("%s\n", l)
-			}
-		}
-	case "Anchors", "A":
-		for _, a := range sortedKeys(c.st.PF.Anchors) {
-			if a != "" {
-				c.outf("  %s\n", a)
-			}
-		}
-	default:
-		fmt.Fprintf(c.errb, "fbsdsim: pfctl -s %s is not modelled\n", show)
-		return 1
+		c.st.PF.Disabled, c.st.PF.Since = false, time.Now()
+		note("pf enabled\n")
 	}
 	return 0
+}
+
+func (p *PF) setRules(anchor string, rules []string) {
+	if len(rules) == 0 {
+		delete(p.Anchors, anchor)
+		return
+	}
+	p.Anchors[anchor] = rules
+}
+
+// pfAnchors are the anchors that exist: loaded ones and those an anchor
+// call names (the kernel creates an anchor for both).
+func (s *State) pfAnchors() []string {
+	set := map[string]bool{}
+	for a, rules := range s.PF.Anchors {
+		if a != "" {
+			set[a] = true
+		}
+		for _, l := range rules {
+			if name, ok := pfAnchorCall(l); ok {
+				if a != "" {
+					name = a + "/" + name
+				}
+				set[name] = true
+			}
+		}
+	}
+	return sortedKeys(set)
+}
+
+// pfNATRule reports whether a rule lives in the nat section (pfctl -s nat)
+// rather than the filter one.
+func pfNATRule(l string) bool {
+	f := strings.Fields(l)[0]
+	return f == "rdr" || f == "nat" || f == "binat" || f == "rdr-anchor" || f == "nat-anchor" || f == "binat-anchor"
+}
+
+// pfKeep keeps the rules of one section: the filter ones or the nat ones.
+func pfKeep(rules []string, nat bool) []string {
+	var out []string
+	for _, l := range rules {
+		if pfNATRule(l) == nat {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// pfAnchorCall parses `[rdr-|nat-]anchor "name"` (or the name unquoted).
+func pfAnchorCall(l string) (string, bool) {
+	f := strings.Fields(l)
+	if len(f) != 2 || (f[0] != "anchor" && f[0] != "rdr-anchor" && f[0] != "nat-anchor") {
+		return "", false
+	}
+	name := strings.Trim(f[1], `"`)
+	if name == "" || strings.ContainsAny(name, `"`) {
+		return "", false
+	}
+	return name, true
+}
+
+// pfPrint prints a rule as pfctl -s does: an anchor call is
+// `<type> "<name>" all` (pfctl_parser.c print_rule, print_fromto), the
+// others as loaded.
+func pfPrint(l string) string {
+	if name, ok := pfAnchorCall(l); ok {
+		return fmt.Sprintf("%s \"%s\" all", strings.Fields(l)[0], name)
+	}
+	return l
+}
+
+// pfStatus prints the first block of pfctl_parser.c print_status: the
+// status line padded to 44 columns, then the debug level (the kernel
+// starts at PF_DEBUG_URGENT) right-justified in 15.
+func (c *call) pfStatus() {
+	state := "Enabled"
+	if c.st.PF.Disabled {
+		state = "Disabled"
+	}
+	d := int(time.Since(c.st.PF.Since).Seconds())
+	line := fmt.Sprintf("Status: %s for %d days %02d:%02d:%02d", state, d/86400, d/3600%24, d/60%60, d%60)
+	c.outf("%-44s%15s\n\n", line, "Debug: Urgent")
 }
 
 func pfLineOK(l string) bool {
 	f := strings.Fields(l)
 	if f[0] == "pass" {
+		return true
+	}
+	if _, ok := pfAnchorCall(l); ok {
 		return true
 	}
 	if f[0] != "rdr" {
@@ -415,7 +601,7 @@ func cmdPs(c *call, args []string) int {
 		return 1
 	}
 	var jids, pids map[int]bool
-	var fields []string
+	var fields, headers []string
 	header := false
 	for _, o := range r.opts {
 		switch o.c {
@@ -436,26 +622,30 @@ func cmdPs(c *call, args []string) int {
 		case 'p':
 			pids = map[int]bool{}
 			for _, s := range strings.Split(o.arg, ",") {
+				// ps.c addelem_pid: warnx("Invalid %s: %s", "process id"),
+				// then exit 1 once the options are read (optfatal).
 				n, err := strconv.Atoi(s)
-				if err != nil {
-					fmt.Fprintf(c.errb, "ps: %s: illegal process id\n", s)
+				if err != nil || n < 0 {
+					fmt.Fprintf(c.errb, "ps: Invalid process id: %s\n", s)
 					return 1
 				}
 				pids[n] = true
 			}
 		case 'o':
-			for _, f := range strings.Split(o.arg, ",") {
+			for _, f := range psParseFmt(o.arg) {
 				name, hdr, has := strings.Cut(f, "=")
-				if !has || hdr != "" {
+				if !has {
+					hdr = psHeaders[name]
+				}
+				if hdr != "" {
 					header = true
 				}
-				switch name {
-				case "pid", "ppid", "jid", "state", "stat", "lstart", "etimes", "command", "args", "comm":
-				default:
+				if _, ok := psHeaders[name]; !ok {
 					fmt.Fprintf(c.errb, "ps: %s: keyword not found\nps: no valid keywords; valid keywords:\n", name)
 					return 1
 				}
 				fields = append(fields, name)
+				headers = append(headers, hdr)
 			}
 		case 'a', 'x', 'w', 'd', 'e', 'h':
 		default:
@@ -465,6 +655,7 @@ func cmdPs(c *call, args []string) int {
 	}
 	if len(fields) == 0 {
 		fields, header = []string{"pid", "state", "command"}, true
+		headers = []string{"PID", "STAT", "COMMAND"}
 	}
 	var rows [][]string
 	procs := append([]Proc(nil), c.st.Procs...)
@@ -480,11 +671,7 @@ func cmdPs(c *call, args []string) int {
 		rows = append(rows, row)
 	}
 	if header {
-		var h []string
-		for _, f := range fields {
-			h = append(h, strings.ToUpper(f))
-		}
-		rows = append([][]string{h}, rows...)
+		rows = append([][]string{headers}, rows...)
 	}
 	w := make([]int, len(fields))
 	for _, row := range rows {
@@ -517,6 +704,33 @@ func cmdPs(c *call, args []string) int {
 	return 0
 }
 
+// psHeaders are the modelled keywords' headers (bin/ps/keyword.c).
+var psHeaders = map[string]string{
+	"pid": "PID", "ppid": "PPID", "jid": "JID", "state": "STAT", "stat": "STAT",
+	"lstart": "STARTED", "etimes": "ELAPSED", "command": "COMMAND", "args": "COMMAND", "comm": "COMMAND",
+}
+
+// psParseFmt splits an -o argument as bin/ps/keyword.c parsefmt does: on
+// blanks and commas, except that an item with "=" is the last one, its
+// header running to the end of the argument.
+func psParseFmt(arg string) []string {
+	var items []string
+	for arg != "" {
+		i := strings.IndexAny(arg, "= \t,\n")
+		if i >= 0 && arg[i] == '=' {
+			return append(items, arg)
+		}
+		if i < 0 {
+			return append(items, arg)
+		}
+		if i > 0 {
+			items = append(items, arg[:i])
+		}
+		arg = arg[i+1:]
+	}
+	return items
+}
+
 func psField(p Proc, f string) string {
 	switch f {
 	case "pid":
@@ -526,15 +740,20 @@ func psField(p Proc, f string) string {
 	case "jid":
 		return strconv.Itoa(p.JID)
 	case "state", "stat":
+		// bin/ps/print.c state(): the state letter, then the flags; J
+		// for a process in a jail.
+		st := "S"
 		if p.Exited {
-			return "Z"
-		}
-		if p.Real {
-			if st, _, ok := procStat(p.Pid); ok {
-				return string(st)
+			st = "Z"
+		} else if p.Real {
+			if l, _, ok := procStat(p.Pid); ok {
+				st = string(l)
 			}
 		}
-		return "S"
+		if p.JID != 0 {
+			st += "J"
+		}
+		return st
 	case "lstart":
 		return p.Start.Format("Mon Jan _2 15:04:05 2006")
 	case "etimes":
@@ -598,8 +817,9 @@ func cmdKill(c *call, args []string) int {
 	for _, a := range rest {
 		pid, err := strconv.Atoi(a)
 		if err != nil {
+			// kill.c main: warnx, errors = 1, next pid.
 			fmt.Fprintf(c.errb, "kill: illegal process id: %s\n", a)
-			status = 2
+			status = 1
 			continue
 		}
 		found := false
@@ -608,13 +828,14 @@ func cmdKill(c *call, args []string) int {
 			if p.Pid == pid {
 				found = true
 				if err := c.s.signalProc(c.st, p, sig); err != nil {
-					fmt.Fprintf(c.errb, "kill: %d: No such process\n", pid)
+					fmt.Fprintf(c.errb, "kill: %s: No such process\n", a)
 					status = 1
 				}
 			}
 		}
 		if !found {
-			fmt.Fprintf(c.errb, "kill: %d: No such process\n", pid)
+			// kill.c: warn("%s", *argv).
+			fmt.Fprintf(c.errb, "kill: %s: No such process\n", a)
 			status = 1
 		}
 	}

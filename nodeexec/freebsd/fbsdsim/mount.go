@@ -35,6 +35,10 @@ func cmdMount(c *call, args []string) int {
 	}
 	if len(r.rest) == 0 {
 		for _, m := range c.st.Mounts {
+			// mount.c main: checkvfsname filters the listing by -t.
+			if fstype != "" && m.FSType != fstype {
+				continue
+			}
 			if list {
 				c.outf("%s", putfsent(m))
 			} else {
@@ -50,24 +54,36 @@ func cmdMount(c *call, args []string) int {
 	src, dst := r.rest[0], r.rest[1]
 	switch fstype {
 	case "nullfs":
-		// sbin/mount_nullfs/mount_nullfs.c main: both paths resolved with
-		// checkpath, err(EX_USAGE, ...) when one does not exist; mount(8)
+		// sbin/mount/mount.c mountfs: mount(8) resolves the mount point
+		// itself (checkpath_allow_file, a directory or a regular file)
+		// and fails with xo_warn("%s", mntpath), exit 1, before it runs
+		// mount_nullfs.
+		if fi, err := os.Stat(c.path(dst)); err != nil {
+			fmt.Fprintf(c.errb, "mount: %s: No such file or directory\n", dst)
+			return 1
+		} else if !fi.IsDir() && !fi.Mode().IsRegular() {
+			fmt.Fprintf(c.errb, "mount: %s: Not a directory\n", dst)
+			return 1
+		}
+		// sbin/mount_nullfs/mount_nullfs.c main: checkpath of the
+		// target (the source directory), then of the mount point,
+		// err(EX_USAGE, ...); mount(8) exits with its status. mount(8)
 		// does not refuse a path already mounted: a second nullfs mount
 		// stacks (docs/freebsd-notes.md §3.1, §10.34).
 		for _, p := range []string{src, dst} {
 			if fi, err := os.Stat(c.path(p)); err != nil {
 				fmt.Fprintf(c.errb, "mount_nullfs: %s: No such file or directory\n", p)
 				return 64
-			} else if !fi.IsDir() && p == dst {
-				fmt.Fprintf(c.errb, "mount_nullfs: %s: Not a directory\n", p)
-				return 64
+			} else if !fi.IsDir() {
+				fmt.Fprintf(c.errb, "fbsdsim: a nullfs mount of or on a file (%s) is not modelled\n", p)
+				return 1
 			}
 		}
 		if under(src, dst) || under(dst, src) {
 			fmt.Fprintf(c.errb, "mount_nullfs: %s (%s) and %s are not distinct paths\n", src, src, dst)
 			return 64
 		}
-		c.st.Mounts = append(c.st.Mounts, Mount{From: src, On: dst, FSType: "nullfs", Opts: "rw"})
+		c.st.Mounts = append(c.st.Mounts, Mount{From: src, On: dst, FSType: "nullfs", Opts: c.optsBelow(src)})
 		return 0
 	case "devfs":
 		if _, err := os.Stat(c.path(dst)); err != nil {
@@ -112,7 +128,7 @@ func putfsent(m Mount) string {
 }
 
 // umountUsage is usage() in sbin/umount/umount.c.
-const umountUsage = "usage: umount [-fNnv] [-t fstypelist] special ... | node ...\n" +
+const umountUsage = "usage: umount [-fNnv] special ... | node ... | fsid ...\n" +
 	"       umount -a | -A [-F fstab] [-fnv] [-h host] [-t type]\n"
 
 // cmdUmount is umount(8) (sbin/umount/umount.c checkname/umountfs). A
@@ -149,10 +165,15 @@ func cmdUmount(c *call, args []string) int {
 			}
 		}
 		if idx < 0 {
-			if _, err := os.Stat(c.path(name)); err != nil {
+			// checkname: statfs fails for a missing path; a directory
+			// on the same device as its parent is no root; anything
+			// else (a file) is no known mount either.
+			if fi, err := os.Stat(c.path(name)); err != nil {
 				fmt.Fprintf(c.errb, "umount: %s: statfs: No such file or directory\numount: %s: unknown file system\n", name, name)
-			} else {
+			} else if fi.IsDir() {
 				fmt.Fprintf(c.errb, "umount: %s: not a file system root directory\n", name)
+			} else {
+				fmt.Fprintf(c.errb, "umount: %s: unknown file system\n", name)
 			}
 			status = 1
 			continue
@@ -179,4 +200,18 @@ func cmdUmount(c *call, args []string) int {
 		c.st.Mounts = append(c.st.Mounts[:idx], c.st.Mounts[idx+1:]...)
 	}
 	return status
+}
+
+// optsBelow returns the options mount -p shows for a nullfs mount of
+// dir: those of the file system holding dir, whose flags nullfs_statfs
+// reports (sys/fs/nullfs/null_vfsops.c: "sbp->f_flags = mstat.f_flags"),
+// so a nullfs of a ZFS dataset shows rw,nfsv4acls.
+func (c *call) optsBelow(dir string) string {
+	opts, best := "rw", -1
+	for _, m := range c.st.Mounts {
+		if under(dir, m.On) && len(m.On) > best {
+			opts, best = m.Opts, len(m.On)
+		}
+	}
+	return opts
 }

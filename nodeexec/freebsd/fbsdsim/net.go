@@ -46,13 +46,23 @@ func cmdIfconfig(c *call, args []string) int {
 	}
 	name, params := args[0], args[1:]
 	ifc := c.ifaceIn(name)
+	isCreate := len(params) > 0 && (params[0] == "create" || params[0] == "plumb")
 	if ifc == nil {
-		if len(params) > 0 && (params[0] == "create" || params[0] == "plumb") {
+		if isCreate {
 			return c.cloneCreate(name, params[1:])
 		}
 		// ifconfig.c main: errx(1, "interface %s does not exist", ifname).
 		fmt.Fprintf(c.errb, "ifconfig: interface %s does not exist\n", name)
 		return 1
+	}
+	if isCreate {
+		// ifconfig.c main: an existing interface with create alone is
+		// "already exists"; with more parameters create is dropped.
+		if len(params) == 1 {
+			fmt.Fprintf(c.errb, "ifconfig: interface %s already exists\n", name)
+			return 1
+		}
+		params = params[1:]
 	}
 	if len(params) == 0 {
 		c.printIface(ifc)
@@ -70,11 +80,10 @@ func cmdIfconfig(c *call, args []string) int {
 			k++
 			return params[k], true
 		}
+		// ifconfig.c basic_cmds and ifclone.c clone_cmds; create and
+		// plumb are clone commands only, so here they are taken for an
+		// address (bad value).
 		switch p {
-		case "create", "plumb":
-			// ifclone.c ifclonecreate: err(1, "SIOCIFCREATE2").
-			fmt.Fprintf(c.errb, "ifconfig: SIOCIFCREATE2: File exists\n")
-			return 1
 		case "destroy", "unplumb":
 			return c.destroyIface(ifc)
 		case "up":
@@ -84,7 +93,7 @@ func cmdIfconfig(c *call, args []string) int {
 		case "inet":
 		case "alias", "add":
 			alias = true
-		case "-alias", "delete":
+		case "-alias", "delete", "remove":
 			del = true
 		case "netmask":
 			v, ok := next()
@@ -186,7 +195,9 @@ func (c *call) cloneCreate(name string, rest []string) int {
 			return 1
 		}
 		if used[n] {
-			fmt.Fprintf(c.errb, "ifconfig: SIOCIFCREATE2: File exists\n")
+			// ifconfig.c ioctl_ifcreate: EEXIST is errx(1, "interface
+			// %s already exists") with the name asked for.
+			fmt.Fprintf(c.errb, "ifconfig: interface %s already exists\n", name)
 			return 1
 		}
 		unit = n
@@ -306,7 +317,8 @@ func (c *call) bridgeMember(br *Iface, op, m string) int {
 	}
 	if op == "deletem" {
 		if !contains(br.Members, m) {
-			fmt.Fprintf(c.errb, "ifconfig: BRDGDEL %s: Invalid argument\n", m)
+			// if_bridge.c bridge_ioctl_del: ENOENT for no member.
+			fmt.Fprintf(c.errb, "ifconfig: BRDGDEL %s: No such file or directory\n", m)
 			return 1
 		}
 		br.Members = removeStr(br.Members, m)
@@ -359,20 +371,31 @@ func (c *call) moveToVNet(ifc *Iface, jname string) int {
 	return 0
 }
 
-// setAddr adds (alias), replaces (no alias: ifconfig deletes the first
-// address before SIOCAIFADDR) or deletes (-alias) an IPv4 address. With
-// no prefix and no netmask the classful mask applies
-// (docs/freebsd-notes.md §10.14). Errors go through Perror in ifconfig.c:
-// "ioctl (SIOCAIFADDR): File exists", "ioctl (SIOCDIFADDR): Can't assign
+// setAddr adds (alias), replaces (no alias: ifconfig.c setifaddr sets
+// clearaddr, so the first address is deleted before SIOCAIFADDR, and
+// setting it again succeeds) or deletes (-alias) an IPv4 address. An
+// address without a prefix or netmask fails on FreeBSD 15 (see MODEL.md;
+// FreeBSD 13 and 14 warned and took the classful mask, docs/freebsd-
+// notes.md §10.14). Errors go through Perror in ifconfig.c: "ioctl
+// (SIOCAIFADDR): File exists", "ioctl (SIOCDIFADDR): Can't assign
 // requested address".
 func (c *call) setAddr(ifc *Iface, addr, mask string, alias, del bool) int {
 	ipS, plen, hasLen := strings.Cut(addr, "/")
 	ip, _ := netip.ParseAddr(ipS)
 	prefix := -1
 	if hasLen {
+		// af_inet.c in_getaddr: strtonum(0, 32), errx "%s: bad value
+		// (width %s)".
 		n, err := strconv.Atoi(plen)
-		if err != nil || n < 0 || n > 32 {
-			fmt.Fprintf(c.errb, "ifconfig: %s: bad value\n", addr)
+		why := ""
+		switch {
+		case plen == "" || plen[0] < '0' || plen[0] > '9' || err != nil:
+			why = "invalid"
+		case n > 32:
+			why = "too large"
+		}
+		if why != "" {
+			fmt.Fprintf(c.errb, "ifconfig: %s: bad value (width %s)\n", addr, why)
 			return 1
 		}
 		prefix = n
@@ -396,15 +419,17 @@ func (c *call) setAddr(ifc *Iface, addr, mask string, alias, del bool) int {
 		fmt.Fprintf(c.errb, "ifconfig: ioctl (SIOCDIFADDR): Can't assign requested address\n")
 		return 1
 	}
+	if prefix < 0 && ifc.Kind != "loopback" {
+		fmt.Fprintf(c.errb, "ifconfig: setting interface address without mask is no longer supported\n")
+		return 1
+	}
 	if prefix < 0 {
-		switch b := ip.As4()[0]; {
-		case b < 128:
-			prefix = 8
-		case b < 192:
-			prefix = 16
-		default:
-			prefix = 24
-		}
+		prefix = 8
+	}
+	if !alias && len(ifc.Addrs) > 0 {
+		// clearaddr: SIOCDIFADDR of the first address.
+		ifc.Addrs = ifc.Addrs[1:]
+		c.dropRoutesVia(ifc)
 	}
 	for _, a := range ifc.Addrs {
 		if a.IP == ip.String() {
@@ -413,12 +438,11 @@ func (c *call) setAddr(ifc *Iface, addr, mask string, alias, del bool) int {
 		}
 	}
 	na := Addr{IP: ip.String(), Prefix: prefix}
-	if !alias && len(ifc.Addrs) > 0 {
-		ifc.Addrs[0] = na
-		c.dropRoutesVia(ifc)
-		return 0
+	if !alias {
+		ifc.Addrs = append([]Addr{na}, ifc.Addrs...)
+	} else {
+		ifc.Addrs = append(ifc.Addrs, na)
 	}
-	ifc.Addrs = append(ifc.Addrs, na)
 	ifc.Up = true
 	return 0
 }
@@ -474,14 +498,15 @@ func (c *call) printIface(i *Iface) {
 		if a.Prefix == 0 {
 			m = 0
 		}
+		// af_inet.c in_status: " netmask 0x%lx".
 		if i.Kind == "loopback" {
-			c.outf("\tinet %s netmask 0x%08x\n", a.IP, m)
+			c.outf("\tinet %s netmask 0x%x\n", a.IP, m)
 			continue
 		}
 		b := p.Masked().Addr().As4()
 		v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 		v |= ^m
-		c.outf("\tinet %s netmask 0x%08x broadcast %d.%d.%d.%d\n", a.IP, m, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+		c.outf("\tinet %s netmask 0x%x broadcast %d.%d.%d.%d\n", a.IP, m, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
 	}
 	for _, m := range i.Members {
 		c.outf("\tmember: %s flags=143<LEARNING,DISCOVER,AUTOEDGE,AUTOPTP>\n", m)
@@ -496,8 +521,9 @@ func (c *call) printIface(i *Iface) {
 	}
 }
 
-// routeUsage is usage() in sbin/route/route.c.
-const routeUsage = "usage: route [-46dnqtv] command [[modifiers] args]\n"
+// routeUsage is usage() in sbin/route/route.c: errx(EX_USAGE, ...), so
+// it carries the program name.
+const routeUsage = "route: usage: route [-46dnqtv] command [[modifiers] args]\n"
 
 // cmdRoute is route(8) in the VNET c.vnet (sbin/route/route.c: main
 // getopt "46nqdtv"; newroute prints "<cmd> net <dest>: gateway <gw>" and,
@@ -706,8 +732,12 @@ func (c *call) routeGet(dest string, pfx netip.Prefix) int {
 		}
 	}
 	if best == nil {
+		// route_netlink.c rtmsg_nl_int: a get answered by ESRCH is
+		// warn("route has not been found") and returns 0, so route exits
+		// 0. warn appends ": " and strerror(errno), which errno holds
+		// then is not modelled (nothing is appended).
 		fmt.Fprintf(c.errb, "route: route has not been found\n")
-		return 1
+		return 0
 	}
 	to, dst, mask := pfx.Addr().String(), best.Dest, "default"
 	if dest == "default" {

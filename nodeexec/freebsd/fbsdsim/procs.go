@@ -69,7 +69,7 @@ func (s *Sim) endProc(p *Proc, code int) {
 // a simulated process in the jail. As jexec(8) does (usr.sbin/jexec/
 // jexec.c main), it fails with exit 1 when the jail does not exist
 // (jail_getid: `jail "<name>" not found`) or the command cannot be
-// exec'd inside the jail's root (err(1, "execvp(): %s")); the failure is
+// exec'd inside the jail's root (err(1, "execvp: %s")); the failure is
 // written to stderr and the process ends at once.
 func (s *Sim) Start(argv []string, stdout, stderr *os.File) (freebsd.Proc, error) {
 	if s.disk {
@@ -81,27 +81,26 @@ func (s *Sim) Start(argv []string, stdout, stderr *os.File) (freebsd.Proc, error
 	if code, ok := s.injected(argv, stderr); ok {
 		return s.finished(code), nil
 	}
-	r := getopt("jexec", argv[1:], "lnu:U:")
-	if r.bad != 0 || len(r.rest) < 2 {
-		io.WriteString(stderr, r.msg+jexecUsage) //nolint:errcheck
-		return s.finished(1), nil
+	jname, cmd, msg, code := jexecArgs(argv)
+	if code != 0 {
+		io.WriteString(stderr, msg) //nolint:errcheck
+		return s.finished(code), nil
 	}
 	var sp *simProc
-	var msg string
 	_ = s.st.with(func(st *State) error {
 		s.refresh(st)
-		j := lookupJail(st, r.rest[0])
+		j := lookupJail(st, jname)
 		if j == nil {
-			msg = fmt.Sprintf("jexec: jail \"%s\" not found\n", r.rest[0])
+			msg = fmt.Sprintf("jexec: jail \"%s\" not found\n", jname)
 			return nil
 		}
-		if !s.inJailPath(j, r.rest[1]) {
-			msg = fmt.Sprintf("jexec: execvp(): %s: No such file or directory\n", r.rest[1])
+		if !s.inJailPath(j, cmd[0]) {
+			msg = execvpMsg(cmd[0])
 			return nil
 		}
 		st.LastPid++
 		pid := 40000 + st.LastPid
-		st.Procs = append(st.Procs, Proc{Pid: pid, JID: j.JID, Jail: j.Name, Argv: append([]string(nil), r.rest[1:]...), Start: time.Now()})
+		st.Procs = append(st.Procs, Proc{Pid: pid, JID: j.JID, Jail: j.Name, Argv: append([]string(nil), cmd...), Start: time.Now()})
 		sp = &simProc{s: s, pid: pid, done: make(chan struct{})}
 		s.mu.Lock()
 		s.procs[pid] = sp
@@ -141,7 +140,35 @@ func (s *Sim) inJailPath(j *Jail, cmd string) bool {
 	return false
 }
 
-const jexecUsage = "usage: jexec [-u username | -U username] jail command ...\n"
+// jexecUsage is usage() in usr.sbin/jexec/jexec.c (FreeBSD 12 to 14).
+const jexecUsage = "usage: jexec [-l] [-u username | -U username] jail [command ...]\n"
+
+// jexecArgs parses jexec's argv as usr.sbin/jexec/jexec.c main does:
+// getopt "lnu:U:", usage (exit 1) without a jail or with both -u and -U.
+// A jail without a command runs the user's shell, which is not
+// modelled. It returns the jail and the command, or the message and the
+// exit status.
+func jexecArgs(argv []string) (jail string, cmd []string, msg string, code int) {
+	r := getopt("jexec", argv[1:], "lnu:U:")
+	u, U := false, false
+	for _, o := range r.opts {
+		u = u || o.c == 'u'
+		U = U || o.c == 'U'
+	}
+	switch {
+	case r.bad != 0 || len(r.rest) < 1 || (u && U):
+		return "", nil, r.msg + jexecUsage, 1
+	case len(r.rest) == 1:
+		return "", nil, "fbsdsim: jexec without a command (the jail's shell) is not modelled\n", 1
+	}
+	return r.rest[0], r.rest[1:], "", 0
+}
+
+// execvpMsg is jexec's err(1, "execvp: %s", argv[1]) when the command
+// is not found inside the jail.
+func execvpMsg(cmd string) string {
+	return fmt.Sprintf("jexec: execvp: %s: No such file or directory\n", cmd)
+}
 
 // lookupJail finds a live jail by name or jid, as jail_getid(3) does.
 func lookupJail(st *State, nameOrJID string) *Jail {
@@ -160,14 +187,14 @@ func lookupJail(st *State, nameOrJID string) *Jail {
 // for the commands it models): /sbin/ifconfig and /sbin/route run inside
 // the jail's VNET; anything else is not modelled.
 func (s *Sim) jexecRun(argv []string, out, errb io.Writer) int {
-	r := getopt("jexec", argv[1:], "lnu:U:")
-	if r.bad != 0 || len(r.rest) < 2 {
-		io.WriteString(errb, r.msg+jexecUsage) //nolint:errcheck
-		return 1
+	jname, args, msg, code := jexecArgs(argv)
+	if code != 0 {
+		io.WriteString(errb, msg) //nolint:errcheck
+		return code
 	}
-	jname, cmd := r.rest[0], r.rest[1]
+	cmd := args[0]
 	var vnet string
-	code := -1
+	code = -1
 	_ = s.st.with(func(st *State) error {
 		j := lookupJail(st, jname)
 		switch {
@@ -175,10 +202,10 @@ func (s *Sim) jexecRun(argv []string, out, errb io.Writer) int {
 			fmt.Fprintf(errb, "jexec: jail \"%s\" not found\n", jname)
 			code = 1
 		case !s.inJailPath(j, cmd):
-			// usr.sbin/jexec/jexec.c: err(1, "execvp(): %s", argv[1]); a
+			// usr.sbin/jexec/jexec.c: err(1, "execvp: %s", argv[1]); a
 			// base image without /sbin/route fails here
 			// (docs/freebsd-notes.md §4.2, §10.21).
-			fmt.Fprintf(errb, "jexec: execvp(): %s: No such file or directory\n", cmd)
+			io.WriteString(errb, execvpMsg(cmd)) //nolint:errcheck
 			code = 1
 		case !j.VNet:
 			// A non-VNET jail shares the host's stack; ifconfig and route
@@ -194,7 +221,7 @@ func (s *Sim) jexecRun(argv []string, out, errb io.Writer) int {
 	}
 	switch filepath.Base(cmd) {
 	case "ifconfig", "route":
-		inner := append([]string{filepath.Base(cmd)}, r.rest[2:]...)
+		inner := append([]string{filepath.Base(cmd)}, args[1:]...)
 		return s.execIn(inner, vnet, out, errb)
 	}
 	fmt.Fprintf(errb, "fbsdsim: jexec %s %s: running that command is not modelled\n", jname, cmd)
@@ -235,6 +262,17 @@ func (s *Sim) signalProc(st *State, p *Proc, sig syscall.Signal) error {
 	return nil
 }
 
+// lookupDying reports whether a dying jail has that name or jid.
+func lookupDying(st *State, nameOrJID string) bool {
+	n, _ := strconv.Atoi(nameOrJID)
+	for _, j := range st.Jails {
+		if j.Dying && (j.Name == nameOrJID || j.JID == n) {
+			return true
+		}
+	}
+	return false
+}
+
 func lookupJailAny(st *State, jid int) *Jail {
 	for _, j := range st.Jails {
 		if j.JID == jid {
@@ -245,13 +283,19 @@ func lookupJailAny(st *State, jid int) *Jail {
 }
 
 func isJailRemove(args []string) bool {
-	r := getopt("jail", args, "cdf:hiJ:lmn:p:qrRs:u:U:v")
+	r := getopt("jail", args, jailOpts)
+	stop := false
 	for _, o := range r.opts {
-		if o.c == 'r' || o.c == 'R' {
-			return r.bad == 0
+		switch o.c {
+		case 'r', 'R':
+			stop = true
+		case 'c', 'm', 'e':
+			// -cr and -mr restart a jail, -e shows: cmdJail says they are
+			// not modelled.
+			return false
 		}
 	}
-	return false
+	return stop && r.bad == 0
 }
 
 // jailRemove is `jail -r name`. jail(8) runs its stop commands
@@ -263,16 +307,32 @@ func isJailRemove(args []string) bool {
 // -r does not know them (docs/freebsd-notes.md §1.7 step 3). The epairs
 // moved into a VNET jail return to the host (§4.5); the jail's lo0 and
 // routes go with its VNET. Processes killed stay zombies until reaped,
-// and until then the dying jail still holds its root busy.
+// and until then the dying jail still holds its root busy. There is no
+// /etc/jail.conf, so jail.c main's note_remove is set only by several
+// jails: then each removed jail is noted "<name>: removed" on stdout
+// (command.c run_command IP__OP).
 func (s *Sim) jailRemove(argv []string, out, errb io.Writer) int {
-	r := getopt("jail", argv[1:], "cdf:hiJ:lmn:p:qrRs:u:U:v")
-	if len(r.rest) == 0 {
+	r := getopt("jail", argv[1:], jailOpts)
+	docf, rflag := true, false
+	for _, o := range r.opts {
+		switch o.c {
+		case 'h', 'l', 'n', 's', 'u', 'U':
+			docf = false
+		case 'R':
+			rflag = true
+		}
+	}
+	if !docf || len(r.rest) == 0 {
 		io.WriteString(errb, jailUsage) //nolint:errcheck
 		return 1
 	}
 	for _, a := range r.rest {
-		if strings.Contains(a, "=") {
+		if strings.Contains(a, "=") && !rflag {
 			io.WriteString(errb, jailUsage) //nolint:errcheck
+			return 1
+		}
+		if rflag || strings.ContainsAny(a, "*") {
+			fmt.Fprintf(errb, "fbsdsim: jail -R and wildcard jail names are not modelled\n")
 			return 1
 		}
 	}
@@ -280,6 +340,8 @@ func (s *Sim) jailRemove(argv []string, out, errb io.Writer) int {
 	for _, name := range r.rest {
 		if s.removeOne(name, errb) != 0 {
 			status = 1
+		} else if len(r.rest) > 1 {
+			fmt.Fprintf(out, "%s: removed\n", name)
 		}
 	}
 	return status
@@ -288,11 +350,12 @@ func (s *Sim) jailRemove(argv []string, out, errb io.Writer) int {
 func (s *Sim) removeOne(name string, errb io.Writer) int {
 	var pending []int
 	var jid int
-	found := false
+	found, dying := false, false
 	_ = s.st.with(func(st *State) error {
 		s.refresh(st)
 		j := lookupJail(st, name)
 		if j == nil {
+			dying = lookupDying(st, name)
 			return nil
 		}
 		found, jid = true, j.JID
@@ -305,6 +368,13 @@ func (s *Sim) removeOne(name string, errb io.Writer) int {
 		}
 		return nil
 	})
+	if dying {
+		// usr.sbin/jail/state.c start_state finds a dying jail for -r
+		// (running_jid with JAIL_DYING) and jail_remove(2) of it succeeds
+		// without a word (sys/kern/kern_jail.c sys_jail_remove: "Silently
+		// ignore already-dying prisons").
+		return 0
+	}
 	if !found {
 		fmt.Fprintf(errb, "jail: \"%s\" not found\n", name)
 		return 1
@@ -420,12 +490,12 @@ func procStat(pid int) (byte, uint64, bool) {
 // lock while it runs. /sbin/ifconfig and /sbin/route run in the jail's
 // VNET as the simulator's own commands.
 func (s *Sim) JexecMain(argv []string, stdout, stderr io.Writer) int {
-	r := getopt("jexec", argv[1:], "lnu:U:")
-	if r.bad != 0 || len(r.rest) < 2 {
-		io.WriteString(stderr, r.msg+jexecUsage) //nolint:errcheck
-		return 1
+	jname, args, msg, code := jexecArgs(argv)
+	if code != 0 {
+		io.WriteString(stderr, msg) //nolint:errcheck
+		return code
 	}
-	switch filepath.Base(r.rest[1]) {
+	switch filepath.Base(args[0]) {
 	case "ifconfig", "route":
 		return s.exec(argv, "", stdout, stderr)
 	}
@@ -438,16 +508,15 @@ func (s *Sim) JexecMain(argv []string, stdout, stderr io.Writer) int {
 		return 70
 	}
 	ignoreTerm := false
-	msg := ""
 	err := s.st.with(func(st *State) error {
 		refreshReal(st)
-		j := lookupJail(st, r.rest[0])
+		j := lookupJail(st, jname)
 		if j == nil {
-			msg = fmt.Sprintf("jexec: jail \"%s\" not found\n", r.rest[0])
+			msg = fmt.Sprintf("jexec: jail \"%s\" not found\n", jname)
 			return nil
 		}
 		ignoreTerm = j.IgnoreTerm
-		st.Procs = append(st.Procs, Proc{Pid: os.Getpid(), JID: j.JID, Jail: j.Name, Argv: append([]string(nil), r.rest[1:]...),
+		st.Procs = append(st.Procs, Proc{Pid: os.Getpid(), JID: j.JID, Jail: j.Name, Argv: append([]string(nil), args...),
 			Start: time.Now(), StartTicks: ticks, Real: true})
 		return nil
 	})
@@ -464,10 +533,10 @@ func (s *Sim) JexecMain(argv []string, stdout, stderr io.Writer) int {
 		// signal.Ignore sets SIG_IGN in the kernel for SIGTERM.
 		signal.Ignore(syscall.SIGTERM)
 	}
-	cmd := r.rest[1]
+	cmd := args[0]
 	if p, err := exec.LookPath(cmd); err == nil {
-		err = syscall.Exec(p, r.rest[1:], os.Environ())
-		fmt.Fprintf(stderr, "jexec: execvp(): %s: %v\n", cmd, err)
+		err = syscall.Exec(p, args, os.Environ())
+		fmt.Fprintf(stderr, "jexec: execvp: %s: %v\n", cmd, err)
 		return 1
 	}
 	for {

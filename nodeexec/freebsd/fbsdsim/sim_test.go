@@ -97,7 +97,7 @@ func TestProvisionAndDelete(t *testing.T) {
 			t.Fatalf("quota = %q", got)
 		}
 	}
-	if got := must(t, s, "mount", "-p"); !strings.Contains(got, "/zroot/keel/volumes/data /zroot/keel/jails/web/data nullfs\trw\t\t0 0\n") {
+	if got := must(t, s, "mount", "-p"); !strings.Contains(got, "/zroot/keel/volumes/data /zroot/keel/jails/web/data nullfs\trw,nfsv4acls \t0 0\n") {
 		t.Fatalf("mount -p:\n%s", got)
 	}
 	// 5: bridge, epair, addressing, default route.
@@ -144,7 +144,7 @@ func TestProvisionAndDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := must(t, s, "ps", "-J", "1", "-o", "state="); got != "S\n" {
+	if got := must(t, s, "ps", "-J", "1", "-o", "state="); got != "SJ\n" {
 		t.Fatalf("ps state = %q", got)
 	}
 	if leaks := s.State().Leaks("keel-web"); len(leaks) != 0 {
@@ -160,7 +160,7 @@ func TestProvisionAndDelete(t *testing.T) {
 		t.Fatal("destroying epair1a left epair1b")
 	}
 	must(t, s, "jail", "-r", "keel-web")
-	if got := must(t, s, "ps", "-J", "1", "-o", "state="); got != "Z\n" {
+	if got := must(t, s, "ps", "-J", "1", "-o", "state="); got != "ZJ\n" {
 		t.Fatalf("killed process not a zombie before reaping: %q", got)
 	}
 	// devfs stays mounted after jail -r (§1.7 step 3).
@@ -241,7 +241,7 @@ func TestHooks(t *testing.T) {
 	p2, _ := s.Start([]string{"jexec", "keel-a", "sleep", "1"}, nil, nil)
 	s.IgnoreTerm("keel-a")
 	must(t, s, "kill", "-s", "TERM", strconv.Itoa(p2.Pid()))
-	if got := must(t, s, "ps", "-p", strconv.Itoa(p2.Pid()), "-o", "state="); got != "S\n" {
+	if got := must(t, s, "ps", "-p", strconv.Itoa(p2.Pid()), "-o", "state="); got != "SJ\n" {
 		t.Fatalf("TERM not ignored: %q", got)
 	}
 	start := time.Now()
@@ -261,7 +261,7 @@ func TestHooks(t *testing.T) {
 	if code, _ := p3.Wait(); code != 1 {
 		t.Fatalf("missing command code %d", code)
 	}
-	if b, _ := os.ReadFile(f.Name()); string(b) != "jexec: execvp(): /usr/local/bin/missing: No such file or directory\n" {
+	if b, _ := os.ReadFile(f.Name()); string(b) != "jexec: execvp: /usr/local/bin/missing: No such file or directory\n" {
 		t.Fatalf("stderr %q", b)
 	}
 }

@@ -141,7 +141,13 @@ type Route struct {
 // PF is the packet filter's state.
 type PF struct {
 	// Loaded is false when pf.ko is not loaded (/dev/pf is missing).
-	Loaded  bool                `json:"loaded"`
+	Loaded bool `json:"loaded"`
+	// Disabled is pf loaded but not started (pfctl -d, or no
+	// pf_enable="YES"); Since is when it was last started or stopped.
+	Disabled bool      `json:"disabled"`
+	Since    time.Time `json:"since"`
+	// Anchors are the loaded rulesets by anchor, "" for the main one,
+	// each a list of rules as loaded.
 	Anchors map[string][]string `json:"anchors"`
 }
 
@@ -168,8 +174,10 @@ func newState(o Options) *State {
 			"net.inet.ip.forwarding": o.Forwarding,
 			"net.fibs":               "1",
 			"security.jail.jailed":   "0",
+			// GENERIC has options VIMAGE (kern.features.vimage).
+			"kern.features.vimage": "1",
 		},
-		PF: PF{Loaded: !o.NoPF, Anchors: map[string][]string{}},
+		PF: PF{Loaded: !o.NoPF, Since: time.Now(), Anchors: map[string][]string{}},
 	}
 	s.Ifaces = append(s.Ifaces, &Iface{Name: "lo0", Kind: "loopback", Up: true, Unit: -1,
 		Addrs: []Addr{{IP: "127.0.0.1", Prefix: 8}}})

@@ -98,24 +98,48 @@ func zfsGenericUsage(c *call) int {
 	return 2
 }
 
-// zfsGetopt runs getopt and prints zfs's own complaint for a bad option
-// ("invalid option 'c'", or "missing argument for 'c' option" with a
-// leading ':' optstring) before the usage.
+// zfsGetopt runs getopt (getopt_long for list and get, which take
+// --json) and prints zfs's own complaint for a bad option ("invalid
+// option 'c'", or with a leading ':' optstring "missing argument for 'c'
+// option", which zfs_do_create words "missing size argument") before the
+// usage.
 func zfsGetopt(c *call, sub string, args []string, optstring string) (getoptResult, int, bool) {
-	r := getopt("zfs", args, optstring)
+	var r getoptResult
+	if sub == "list" || sub == "get" {
+		var long string
+		if r, long = getoptLong("zfs", args, optstring); long != "" {
+			fmt.Fprintf(c.errb, "fbsdsim: zfs %s %s: long options are not modelled\n", sub, long)
+			return r, 2, false
+		}
+	} else {
+		r = getopt("zfs", args, optstring)
+	}
 	if r.bad == 0 {
 		return r, 0, true
 	}
 	c.errb.Write([]byte(r.msg)) //nolint:errcheck
-	if r.missing && optstring[0] == ':' {
+	switch {
+	case r.missing && optstring[0] == ':' && sub == "create":
+		fmt.Fprintf(c.errb, "missing size argument\n")
+	case r.missing && optstring[0] == ':':
 		fmt.Fprintf(c.errb, "missing argument for '%c' option\n", r.bad)
-	} else {
+	default:
 		fmt.Fprintf(c.errb, "invalid option '%c'\n", r.bad)
 	}
 	return r, zfsUsageExit(c, sub), false
 }
 
+// openErr is zfs_open's failure (lib/libzfs/libzfs_dataset.c): a name
+// with a character zfs_namecheck.c valid_char refuses is "invalid
+// character"; the other namecheck reasons are not modelled.
 func openErr(c *call, name string) int {
+	for _, r := range name {
+		valid := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.: %/@#", r)
+		if !valid {
+			fmt.Fprintf(c.errb, "cannot open '%s': invalid character '%c' in name\n", name, r)
+			return 1
+		}
+	}
 	fmt.Fprintf(c.errb, "cannot open '%s': dataset does not exist\n", name)
 	return 1
 }
@@ -347,9 +371,18 @@ func zfsList(c *call, args []string) int {
 			return 2
 		}
 	}
-	var names []string
+	// zfs_do_list: "zfs list -t snapshot <dataset>" lists the dataset's
+	// snapshots (an implied -d 1).
+	onlySnaps := typesSet && len(types) == 1 && types["snapshot"]
+	if onlySnaps && len(r.rest) > 0 && !recurse {
+		recurse, depth = true, 1
+	}
+	// zfs_for_each (cmd/zfs/zfs_iter.c) gathers every argument's
+	// datasets into one tree sorted by zfs_compare, without duplicates,
+	// then prints it.
+	picked := map[string]bool{}
 	status := 0
-	add := func(n string) { names = append(names, n) }
+	add := func(n string) { picked[n] = true }
 	if len(r.rest) == 0 {
 		for _, n := range c.allNames() {
 			if types[typeOf(n)] {
@@ -383,6 +416,12 @@ func zfsList(c *call, args []string) int {
 			}
 		}
 	}
+	var names []string
+	for _, n := range c.allNames() {
+		if picked[n] {
+			names = append(names, n)
+		}
+	}
 	rows := [][]string{}
 	for _, n := range names {
 		row := []string{}
@@ -393,6 +432,9 @@ func zfsList(c *call, args []string) int {
 		rows = append(rows, row)
 	}
 	printTable(c, fields, rows, scripted)
+	if status == 0 && len(rows) == 0 && !scripted {
+		fmt.Fprintf(c.errb, "no datasets available\n")
+	}
 	return status
 }
 
@@ -433,7 +475,12 @@ func (c *call) exists(n string) bool {
 
 // printTable prints -H rows tab-separated, or a header and columns
 // padded to their widths (print_header/print_dataset in zfs_main.c).
+// The header comes with the first row (list_callback), so nothing at all
+// is printed without rows.
 func printTable(c *call, fields []string, rows [][]string, scripted bool) {
+	if len(rows) == 0 {
+		return
+	}
 	if scripted {
 		for _, r := range rows {
 			c.outf("%s\n", strings.Join(r, "\t"))
@@ -583,26 +630,42 @@ func zfsSet(c *call, args []string) int {
 	if !ok {
 		return code
 	}
-	if len(r.rest) < 1 {
+	// zfs_do_set: the argument count, then the order (prop=val
+	// arguments first; note its "ds_start > 0": a dataset first is not
+	// caught, and then nothing is set).
+	switch {
+	case len(r.rest) < 1:
 		fmt.Fprintf(c.errb, "missing arguments\n")
 		return zfsUsageExit(c, "set")
-	}
-	var kvs [][2]string
-	i := 0
-	for ; i < len(r.rest) && strings.Contains(r.rest[i], "="); i++ {
-		k, v, _ := strings.Cut(r.rest[i], "=")
-		kvs = append(kvs, [2]string{k, v})
-	}
-	if len(kvs) == 0 {
+	case len(r.rest) < 2 && !strings.Contains(r.rest[0], "="):
 		fmt.Fprintf(c.errb, "missing property=value argument(s)\n")
 		return zfsUsageExit(c, "set")
-	}
-	if i == len(r.rest) {
+	case len(r.rest) < 2:
 		fmt.Fprintf(c.errb, "missing dataset name(s)\n")
 		return zfsUsageExit(c, "set")
 	}
+	dsStart := -1
+	for i, a := range r.rest {
+		if strings.Contains(a, "=") {
+			if dsStart > 0 {
+				fmt.Fprintf(c.errb, "invalid argument order\n")
+				return zfsUsageExit(c, "set")
+			}
+		} else if dsStart < 0 {
+			dsStart = i
+		}
+	}
+	if dsStart < 0 {
+		fmt.Fprintf(c.errb, "missing dataset name(s)\n")
+		return zfsUsageExit(c, "set")
+	}
+	var kvs [][2]string
+	for _, a := range r.rest[:dsStart] {
+		k, v, _ := strings.Cut(a, "=")
+		kvs = append(kvs, [2]string{k, v})
+	}
 	status := 0
-	for _, ds := range r.rest[i:] {
+	for _, ds := range r.rest[dsStart:] {
 		d := c.st.Datasets[ds]
 		if d == nil {
 			status = openErr(c, ds)
