@@ -15,12 +15,12 @@ type Problem = nodeexec.HostProblem
 
 var _ nodeexec.HostChecker = (*Driver)(nil)
 
-// Check implements nodeexec.HostChecker: it returns what on this host
-// would stop the driver from working, each
-// with its fix (docs/freebsd-notes.md §0, §4.8, §4.9, §5, §6, §11): the
-// parent datasets <pool>/keel/jails and <pool>/keel/volumes, mounted where
-// the driver expects them; IP forwarding; RACCT; VNET in the kernel; and,
-// with a public interface, pf enabled with the anchor in its main ruleset.
+// Check implements nodeexec.HostChecker: what on this host would stop the
+// driver from working, each with its fix (docs/freebsd-notes.md §0, §4.8,
+// §4.9, §5, §6, §11): the parent datasets <pool>/keel/jails and
+// <pool>/keel/volumes, mounted where the driver expects them; IP
+// forwarding; RACCT; VNET in the kernel; and, with a public interface, pf
+// enabled with the anchor in its main ruleset.
 // It changes nothing. An error is returned only when a check could not
 // run at all.
 func (d *Driver) Check(ctx context.Context) ([]Problem, error) {
