@@ -67,6 +67,9 @@ type Options struct {
 	// ProxyLimits bound the service proxies' clients (zero fields: the
 	// defaults).
 	ProxyLimits proxy.Limits
+	// CheckInterval is how often the driver's host checks run, when it
+	// has some (nodeexec.HostChecker); DefaultCheckInterval when zero.
+	CheckInterval time.Duration
 }
 
 // Trust is the node-local configuration of commit verification.
@@ -112,6 +115,7 @@ type Agent struct {
 	proxies *proxy.Manager
 	git     *gitWorker
 	pub     *publisher
+	checks  *hostChecks // nil when the driver has no host checks
 
 	// Owned by the loop goroutine.
 	applied     *appliedCommit
@@ -275,6 +279,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.started = a.opts.Now()
 	a.log.Info("agent started", "repo", sync.Redacted(a.opts.Remote.URL), "branch", a.opts.Remote.Branch,
 		"driver", a.opts.Driver.Name(), "version", a.opts.Version)
+	if hc, ok := a.opts.Driver.(nodeexec.HostChecker); ok {
+		// Once before the first pass, so that the first report (and the
+		// plan this node makes with it) has the host's problems.
+		a.checks = newHostChecks(hc, a.log, a.metrics, a.opts.CheckInterval)
+		a.checks.run(ctx)
+		a.checks.start()
+		defer a.checks.close()
+	}
 
 	poll := time.NewTicker(a.opts.Poll)
 	defer poll.Stop()
@@ -668,6 +680,7 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	r := report.Report{
 		Node: a.opts.Node, Time: a.reportTime(now), Clock: now.UTC().Truncate(time.Millisecond), AgentVersion: a.opts.Version,
 		Commit: a.appliedCommit(), Refused: a.refused, Decommissioned: a.leaving(),
+		Problems: a.checks.current(),
 	}
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID

@@ -2,12 +2,17 @@ package agent_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	sync2 "sync"
 	"testing"
 	"time"
 
@@ -15,7 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/keel-dev/keel/agent"
+	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/fake"
+	"github.com/keel-dev/keel/report"
 	"github.com/keel-dev/keel/sync"
 )
 
@@ -162,5 +169,142 @@ keel_commit_info{commit="`+first+`"} 1
 	})
 	if len(drv.Instances()) != 2 {
 		t.Errorf("instances after a refused commit: %v", drv.Instances())
+	}
+}
+
+// syncBuffer is a log destination safe for the agent's goroutines.
+type syncBuffer struct {
+	mu sync2.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Issue 9: the driver's host problems reach the node's published report
+// and keel_node_problem, each logged once when it appears and once when
+// it clears; a check run that fails keeps them; and with racct off no
+// instance (all have limits) ever runs on the node.
+func TestHostProblemsReportedAndCleared(t *testing.T) {
+	bare, _ := repo(t)
+	reg := prometheus.NewRegistry()
+	drv := fake.New()
+	racct := nodeexec.HostProblem{Check: "racct", Problem: "resource accounting is off: instances with limits are refused", Fix: "echo kern.racct.enable=1 >> /boot/loader.conf, then reboot"}
+	pf := nodeexec.HostProblem{Check: "pf", Problem: "pf is not enabled", Fix: "service pf start"}
+	odd := nodeexec.HostProblem{Check: "kernel", Problem: "a check the report format does not know"}
+	drv.SetProblems([]nodeexec.HostProblem{pf, racct, odd})
+	var logs syncBuffer
+	a, err := agent.New(agent.Options{
+		Node: "n1", StateDir: t.TempDir(), Remote: sync.Remote{URL: bare, Branch: "main"}, Driver: drv,
+		Version: "0.1.0", Registry: reg, Poll: 100 * time.Millisecond, Reconcile: 100 * time.Millisecond, DisableWatch: true,
+		CheckInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	published := func() report.Report {
+		out, err := exec.Command("git", "-C", bare, "show", "refs/keel/reports/n1:report.yaml").Output()
+		if err != nil {
+			return report.Report{}
+		}
+		r, err := report.Parse(out, "n1")
+		if err != nil {
+			t.Fatalf("the published report does not parse: %v\n%s", err, out)
+		}
+		return r
+	}
+	metrics := func(racct, pf int) string {
+		return fmt.Sprintf(`
+# HELP keel_node_problem Host prerequisites that do not hold on this node, by check (0: the check passes).
+# TYPE keel_node_problem gauge
+keel_node_problem{check="datasets"} 0
+keel_node_problem{check="forwarding"} 0
+keel_node_problem{check="pf"} %d
+keel_node_problem{check="racct"} %d
+keel_node_problem{check="vnet"} 0
+`, pf, racct)
+	}
+	var last report.Report
+	waitFor(t, "both problems in the published report, in the canonical order", func() bool {
+		last = published()
+		return slices.Equal(last.Problems, []report.Problem{report.Problem(racct), report.Problem(pf)})
+	})
+	if !last.LimitsOff() {
+		t.Error("the report does not say limits are off")
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metrics(1, 1)), "keel_node_problem"); err != nil {
+		t.Error(err)
+	}
+	// A pass ran with the applied commit: the planner placed neither
+	// instance on n1 (unschedulable), and had it, the driver would have
+	// refused them.
+	waitFor(t, "a report of a pass with the commit applied", func() bool {
+		last = published()
+		return last.Commit != "" && last.PlanID != ""
+	})
+	if n := drv.Starts("a") + drv.Starts("b"); n != 0 || len(drv.Instances()) != 0 {
+		t.Errorf("with racct off, instances with limits started %d times: %v", n, drv.Instances())
+	}
+
+	// A failing run keeps what the last one found.
+	boom := errors.New("sysctl: cannot run")
+	drv.FailChecks(boom)
+	drv.SetProblems(nil)
+	n := drv.Checks()
+	waitFor(t, "two more failed runs", func() bool { return drv.Checks() >= n+2 })
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metrics(1, 1)), "keel_node_problem"); err != nil {
+		t.Errorf("a failed run changed the metric: %v", err)
+	}
+
+	drv.FailChecks(nil)
+	waitFor(t, "the problems cleared from the published report", func() bool {
+		last = published()
+		return len(last.Problems) == 0 && len(last.Instances) == 2
+	})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(metrics(0, 0)), "keel_node_problem"); err != nil {
+		t.Error(err)
+	}
+	waitFor(t, "both instances running once limits can be enforced", func() bool { return len(drv.Instances()) == 2 })
+	n = drv.Checks()
+	waitFor(t, "two more runs", func() bool { return drv.Checks() >= n+2 })
+
+	text := logs.String()
+	for _, want := range []struct {
+		line  string
+		count int
+	}{
+		{`msg="host problem" node=n1 check=racct`, 1},
+		{`msg="host problem" node=n1 check=pf`, 1},
+		{`msg="host problem" node=n1 check=kernel`, 1},
+		{`msg="host problems left out of the report`, 1},
+		{`msg="host checks failed; keeping the problems last found"`, 1},
+		{`msg="host checks work again"`, 1},
+		{`msg="host problem cleared" node=n1 check=racct`, 1},
+		{`msg="host problem cleared" node=n1 check=pf`, 1},
+	} {
+		if got := strings.Count(text, want.line); got != want.count {
+			t.Errorf("%q logged %d times, want %d", want.line, got, want.count)
+		}
+	}
+	if t.Failed() {
+		t.Log(text)
 	}
 }

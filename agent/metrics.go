@@ -22,6 +22,7 @@ type Metrics struct {
 	ReportPushErrors  prometheus.Counter
 	ReportPushes      prometheus.Counter
 	Plan              *prometheus.GaugeVec
+	NodeProblems      *prometheus.GaugeVec
 }
 
 // NewMetrics registers the agent's metrics, and the Go and process
@@ -75,10 +76,13 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		Plan: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "keel_plan_info", Help: "The plan this node applies (value 1).",
 		}, []string{"plan_id"}),
+		NodeProblems: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_node_problem", Help: "Host prerequisites that do not hold on this node, by check (0: the check passes).",
+		}, []string{"check"}),
 	}
 	reg.MustRegister(m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
 		m.ReconcileDuration, m.ReconcileErrors, m.InstancesWaiting, m.Instances, m.InstanceInfo, m.InstanceRestarts,
-		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan,
+		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"fetch", "read", "publish"} {
 		m.SyncErrors.WithLabelValues(r)

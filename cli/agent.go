@@ -289,10 +289,10 @@ func newDriver(ctx context.Context, name, stateDir string, logger *slog.Logger, 
 
 // newFreeBSDDriver runs FreeBSD's commands by their absolute paths, with
 // an environment of their own (the C locale, whose output the driver
-// parses), and logs each host prerequisite that does not hold with its
-// fix. Two environment variables point it at the simulator's executables
-// instead, for the end-to-end tests on any OS: KEEL_FREEBSD_BINDIR (the
-// commands) and KEEL_FREEBSD_ROOT (the simulated file system's root).
+// parses); the agent runs its host checks. Two environment variables
+// point it at the simulator's executables instead, for the end-to-end
+// tests on any OS: KEEL_FREEBSD_BINDIR (the commands) and
+// KEEL_FREEBSD_ROOT (the simulated file system's root).
 func newFreeBSDDriver(ctx context.Context, stateDir string, logger *slog.Logger, fbsd freebsdFlags) (nodeexec.Driver, error) {
 	runner := freebsd.ExecRunner{
 		BinDir: os.Getenv("KEEL_FREEBSD_BINDIR"),
@@ -313,13 +313,6 @@ func newFreeBSDDriver(ctx context.Context, stateDir string, logger *slog.Logger,
 	})
 	if err != nil {
 		return nil, err
-	}
-	problems, err := d.Check(ctx)
-	if err != nil {
-		logger.Warn("checking the host's prerequisites", "err", err)
-	}
-	for _, p := range problems {
-		logger.Warn("host prerequisite", "check", p.Check, "problem", p.Problem, "fix", p.Fix)
 	}
 	return d, nil
 }

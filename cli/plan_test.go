@@ -108,6 +108,27 @@ func writeReports(t *testing.T, dir string, dead ...string) string {
 	return out
 }
 
+// racctOff makes node's report in the reports directory say that its
+// host has resource accounting off, as the freebsd driver's checks report
+// it.
+func racctOff(t *testing.T, reports, node string) {
+	t.Helper()
+	path := filepath.Join(reports, "report-"+node+".yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := report.ParseFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Problems = append(r.Problems, report.Problem{Check: report.CheckRacct,
+		Problem: "resource accounting is off: instances with limits are refused", Fix: "echo kern.racct.enable=1 >> /boot/loader.conf, then reboot"})
+	if err := os.WriteFile(path, r.Marshal(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestPlanScenariosGolden(t *testing.T) {
 	scenarios := []struct {
 		name string
@@ -133,11 +154,17 @@ func TestPlanScenariosGolden(t *testing.T) {
 			editFile(t, dir, "nodes/fra1.yaml", "  capacity:", "  schedulable: false\n  capacity:")
 		}, nil},
 		{"node-dead", func(t *testing.T, dir string) {}, []string{"fra2"}},
+		// Issue 9: fra2 reports resource accounting off, so it cannot
+		// enforce limits: what it runs moves off it, and the plan says why.
+		{"racct-off", func(t *testing.T, dir string) {}, nil},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			dir := initRepo(t)
 			reports := writeReports(t, dir, sc.dead...)
+			if sc.name == "racct-off" {
+				racctOff(t, reports, "fra2")
+			}
 			sc.edit(t, dir)
 			git(t, dir, "commit", "-q", "-a", "--allow-empty", "-m", sc.name)
 			git(t, dir, "add", "-A")

@@ -42,6 +42,8 @@ type planNode struct {
 	Address     string `json:"address"`
 	ReportTime  string `json:"reportTime,omitempty"`
 	Refused     bool   `json:"refusedCommit"`
+	// LimitsOff: the node reports that it cannot enforce resource limits.
+	LimitsOff bool `json:"limitsOff,omitempty"`
 	// Capacity is nil when neither the Node file nor a report gives it.
 	Capacity  *render.Resources `json:"capacity"`
 	Committed render.Resources  `json:"committed"`
@@ -85,7 +87,7 @@ func (o *planOutput) fill(m *render.Model, p *planner.Plan) {
 	}
 	for _, n := range p.Nodes {
 		pn := planNode{Name: n.Name, Alive: n.Alive, Schedulable: n.Schedulable, PodCIDR: n.PodCIDR.String(), Address: n.Address.String(),
-			Refused: n.RefusedCommit, Committed: n.Committed, Instances: count[n.Name]}
+			Refused: n.RefusedCommit, LimitsOff: n.LimitsOff, Committed: n.Committed, Instances: count[n.Name]}
 		if !n.ReportTime.IsZero() {
 			pn.ReportTime = n.ReportTime.Format("2006-01-02T15:04:05Z07:00")
 		}
@@ -351,6 +353,9 @@ func nodeState(n planNode) string {
 	}
 	if n.Refused {
 		s += ", refused this commit"
+	}
+	if n.LimitsOff {
+		s += ", cannot enforce resource limits (racct off)"
 	}
 	return s
 }

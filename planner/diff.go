@@ -220,6 +220,8 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 					reason += ": node " + from + " is not in the inventory (decommission)"
 				case !alive[from]:
 					reason = "node " + from + " is dead"
+				case inst != nil && byNode[from].LimitsOff() && limited(inst):
+					reason += ": node " + from + " cannot enforce its resource limits (racct)"
 				case inst != nil && inst.Stateful:
 					reason = "started on " + pl.Node + " once " + from + " reports it stopped"
 				}

@@ -95,10 +95,11 @@ type nodeState struct {
 // nodeState in one compact slice so that scanning every node for every new
 // instance stays in the CPU cache.
 type room struct {
-	cpu, mem int64 // free; math.MaxInt64 when the capacity is unknown
-	slots    int32 // addresses left in the node's /24
-	hash     uint64
-	settling bool // takes no instance another node reports
+	cpu, mem  int64 // free; math.MaxInt64 when the capacity is unknown
+	slots     int32 // addresses left in the node's /24
+	hash      uint64
+	settling  bool // takes no instance another node reports
+	limitsOff bool // takes no instance with resource limits
 }
 
 func (r *room) fits(req render.Resources) bool {
@@ -250,6 +251,12 @@ func (p *planner) readNodes() {
 		}
 		if r != nil {
 			ns.ReportTime = r.Time.UTC()
+			ns.LimitsOff = r.LimitsOff()
+			if ns.Alive {
+				for _, pr := range r.Problems {
+					p.warn(WarnHostProblem, ns.Name, "node %s reports a host problem: %s: %s (fix: %s)", ns.Name, pr.Check, pr.Problem, pr.Fix)
+				}
+			}
 			if r.Refused != nil && p.in.Commit != "" && r.Refused.Commit == p.in.Commit {
 				ns.RefusedCommit = true
 				p.warn(WarnRefused, ns.Name, "node %s refused commit %s: %s", ns.Name, short(p.in.Commit), r.Refused.Reason)
@@ -290,7 +297,7 @@ func (p *planner) readNodes() {
 	}
 	p.room = make([]room, len(p.nodes))
 	for i, ns := range p.nodes {
-		p.room[i] = room{cpu: math.MaxInt64, mem: math.MaxInt64, slots: maxPerNode, hash: ns.hash, settling: ns.Settling}
+		p.room[i] = room{cpu: math.MaxInt64, mem: math.MaxInt64, slots: maxPerNode, hash: ns.hash, settling: ns.Settling, limitsOff: ns.LimitsOff}
 		if !ns.Unlimited {
 			p.room[i].cpu, p.room[i].mem = int64(ns.Capacity.CPU), int64(ns.Capacity.Memory)
 		}
@@ -378,6 +385,19 @@ func matches(inst *render.Instance, n *nodeState) bool {
 		}
 	}
 	return true
+}
+
+// limited reports whether the instance has resource limits for its node
+// to enforce (render gives every instance some by default).
+func limited(inst *render.Instance) bool {
+	return inst.Spec.Resources != (render.Resources{})
+}
+
+// enforces reports whether node n can run inst: not when inst has limits
+// and n's report says it cannot enforce them (its driver refuses such an
+// instance rather than run it unlimited).
+func enforces(inst *render.Instance, n *nodeState) bool {
+	return !n.LimitsOff || !limited(inst)
 }
 
 func (p *planner) put(inst *render.Instance, ns *nodeState, reason string) {
@@ -479,6 +499,7 @@ func (p *planner) placeExisting(inst *render.Instance) bool {
 		if !matches(inst, ns) {
 			p.warn(WarnSpecNodeIgnore, inst.Name, "stateful %s is pinned to node %s, which no longer matches its constraints; the pin wins", inst.Name, node)
 		}
+		p.limitsWarning(inst, ns, "is pinned to")
 		p.put(inst, ns, ReasonPinned)
 		return true
 	}
@@ -510,6 +531,7 @@ func (p *planner) placeExisting(inst *render.Instance) bool {
 			if !matches(inst, holders[0]) {
 				p.warn(WarnSpecNodeIgnore, inst.Name, "stateful %s stays with its volumes on node %s, which does not match its constraints; the volumes win", inst.Name, holders[0].Name)
 			}
+			p.limitsWarning(inst, holders[0], "stays with its volumes on")
 			p.put(inst, holders[0], reason)
 			return true
 		default:
@@ -528,7 +550,7 @@ func (p *planner) placeExisting(inst *render.Instance) bool {
 	k := p.index[inst.Name]
 	for i, s := range p.sightings[k] {
 		ns := s.node
-		if !ns.Alive || !matches(inst, ns) || (!inst.Stateful && !ns.Schedulable) {
+		if !ns.Alive || !matches(inst, ns) || (!inst.Stateful && !ns.Schedulable) || !enforces(inst, ns) {
 			continue
 		}
 		eligible++
@@ -544,6 +566,14 @@ func (p *planner) placeExisting(inst *render.Instance) bool {
 	}
 	p.put(inst, best.node, ReasonSticky)
 	return true
+}
+
+// limitsWarning warns when a stateful instance is held on a node that
+// cannot enforce its limits: its node refuses it until it can.
+func (p *planner) limitsWarning(inst *render.Instance, ns *nodeState, how string) {
+	if !enforces(inst, ns) {
+		p.warn(WarnHostProblem, inst.Name, "stateful %s %s node %s, which reports that it cannot enforce resource limits (racct): the node refuses to run it until it can", inst.Name, how, ns.Name)
+	}
 }
 
 // sharedPins returns, for every volume of a pinned stateful instance, the
@@ -649,12 +679,18 @@ func (p *planner) placeNew(inst *render.Instance) {
 		counts = p.serviceCounts(inst.Service)
 	}
 	moving := len(p.sightings[p.index[inst.Name]]) > 0
+	lim := limited(inst)
 	bestIdx := int32(-1)
 	var bestCount int32
 	var bestScore uint64
 	var settling int
+	var limitsOff []string
 	for _, i := range p.candidates(inst) {
 		r := &p.room[i]
+		if lim && r.limitsOff {
+			limitsOff = append(limitsOff, p.nodes[i].Name)
+			continue
+		}
 		if !r.fits(req) {
 			continue
 		}
@@ -702,11 +738,29 @@ func (p *planner) placeNew(inst *render.Instance) {
 		p.unschedulable(inst, "no alive node matches %s", constraintText(inst))
 	case len(p.candidates(inst)) == 0:
 		p.unschedulable(inst, "every alive node that matches is unschedulable or refused this commit")
+	case len(limitsOff) == len(p.candidates(inst)):
+		p.unschedulable(inst, "it has resource limits, and every eligible node reports that it cannot enforce them (resource accounting is off on %s)", nameList(limitsOff))
 	case settling > 0:
 		p.unschedulable(inst, "another node reports it, and every node with room for it is settling (reporting unbroken for less than %s): it stays where it is until one has settled", SettlePeriod(p.m))
 	default:
-		p.unschedulable(inst, "not enough capacity: it needs %s CPU and %s memory, and no eligible node has that much free (or room for another address)", req.CPU, req.Memory)
+		note := ""
+		if len(limitsOff) > 0 {
+			note = fmt.Sprintf("; %s cannot enforce resource limits", nameList(limitsOff))
+		}
+		p.unschedulable(inst, "not enough capacity: it needs %s CPU and %s memory, and no eligible node has that much free (or room for another address)%s", req.CPU, req.Memory, note)
 	}
+}
+
+// nameList names nodes in a message: at most maxNamed, then a count.
+func nameList(names []string) string {
+	s := "node " + names[0]
+	if len(names) > 1 {
+		s = "nodes " + strings.Join(names[:min(len(names), maxNamed)], ", ")
+	}
+	if len(names) > maxNamed {
+		s += fmt.Sprintf(" and %d more", len(names)-maxNamed)
+	}
+	return s
 }
 
 func constraintText(inst *render.Instance) string {

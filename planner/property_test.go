@@ -200,6 +200,9 @@ func genScenario(t *rapid.T) *scenario {
 		case 2:
 			r.Refused = &report.Refusal{Commit: "0badc0de", Reason: "untrusted"}
 		}
+		if rapid.IntRange(0, 7).Draw(t, "racctOff") == 0 {
+			r = racctOff(r)
+		}
 		reps[i] = &r
 	}
 	withReport := func(label string) int {
@@ -454,6 +457,7 @@ func features(sc *scenario, p *Plan) []string {
 	add(slices.ContainsFunc(p.Nodes, func(n Node) bool { return n.Alive && n.Unlimited }), "node-capacity-unknown")
 	add(refused, "node-refused-commit")
 	add(drained, "node-drained")
+	add(slices.ContainsFunc(p.Nodes, func(n Node) bool { return n.Alive && n.LimitsOff }), "node-limits-off")
 	add(len(sc.malformed) > 0, "malformed-reports-dropped")
 	for _, m := range sc.malformed {
 		if !slices.Contains(out, "malformed:"+m) {
@@ -527,7 +531,7 @@ func TestGeneratorCoverage(t *testing.T) {
 	t.Logf("features over %d scenarios:\n%s", draws, strings.Join(lines, "\n"))
 	for _, want := range []string{
 		"duplicate-alive-reports", "dead-node-holding-volumes", "clocks-skewed-20s+", "node-full-to-capacity",
-		"node-refused-commit", "node-drained", "malformed-reports-dropped",
+		"node-refused-commit", "node-drained", "node-limits-off", "malformed-reports-dropped",
 		"stale-report-copies", "reports-of-unknown-nodes", "100+-nodes",
 		"warning:" + WarnHeldTwice, "warning:" + WarnPinnedDead, "warning:" + WarnOverCapacity, "warning:" + WarnReportIgnored,
 		"placement:" + ReasonPinned, "placement:" + ReasonHeld, "placement:" + ReasonSticky, "placement:" + ReasonNew,
@@ -839,6 +843,8 @@ func TestPropertyPlacedOrUnschedulable(t *testing.T) {
 				t.Fatalf("%s placed as a replica of %q, want %q", pl.Instance, pl.Service, inst.Service)
 			case !slices.Contains([]string{ReasonPinned, ReasonHeld, ReasonSticky, ReasonNew}, pl.Reason):
 				t.Fatalf("%s placed for reason %q", pl.Instance, pl.Reason)
+			case planNode(p, pl.Node).LimitsOff && limited(inst) && pl.Reason != ReasonPinned && pl.Reason != ReasonHeld:
+				t.Fatalf("%s (limits %+v) placed on %s, which cannot enforce them, for reason %q", pl.Instance, inst.Spec.Resources, pl.Node, pl.Reason)
 			}
 		}
 		for _, u := range p.Unschedulable {
@@ -949,6 +955,9 @@ func TestPropertyOutputsAgreeWithReports(t *testing.T) {
 			alive[n.Name] = n.Alive
 			if refused := r != nil && r.Refused != nil && r.Refused.Commit == sc.commit; n.RefusedCommit != refused {
 				t.Fatalf("%s refused %v, want %v", n.Name, n.RefusedCommit, refused)
+			}
+			if off := r != nil && r.LimitsOff(); n.LimitsOff != off {
+				t.Fatalf("%s limits off %v, want %v", n.Name, n.LimitsOff, off)
 			}
 		}
 		for _, svc := range sc.model.Services {

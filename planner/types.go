@@ -90,6 +90,10 @@ type Node struct {
 	ReportTime time.Time `json:"reportTime,omitzero"`
 	// RefusedCommit is true when the node refused the planned commit.
 	RefusedCommit bool `json:"refusedCommit"`
+	// LimitsOff is true when the node's report says it cannot enforce
+	// resource limits (a racct problem): no instance with limits is placed
+	// there anew or kept there by stickiness.
+	LimitsOff bool `json:"limitsOff,omitempty"`
 	// Capacity is the node's declared or reported capacity; Unlimited when
 	// neither is known.
 	Capacity  render.Resources `json:"capacity"`
@@ -190,4 +194,5 @@ const (
 	WarnRolloutPaused  = "rollout-paused"
 	WarnSpecNodeIgnore = "pin-overrides-constraints"
 	WarnNodeLeaving    = "node-leaving"
+	WarnHostProblem    = "host-problem"
 )

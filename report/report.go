@@ -9,12 +9,14 @@ package report
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -66,18 +68,108 @@ type Report struct {
 	// Decommissioned says that the node's applied commit no longer lists
 	// it in the inventory: it is leaving, stops what it holds (its
 	// volumes stay) and runs nothing new.
-	Decommissioned bool          `yaml:"decommissioned,omitempty" json:"decommissioned,omitempty"`
-	Capacity       Capacity      `yaml:"capacity" json:"capacity"`
-	Instances      []Instance    `yaml:"instances" json:"instances"`
-	Volumes        []Volume      `yaml:"volumes" json:"volumes"`
-	Services       []Service     `yaml:"services,omitempty" json:"services,omitempty"`
-	Certificates   []Certificate `yaml:"certificates" json:"certificates"`
+	Decommissioned bool `yaml:"decommissioned,omitempty" json:"decommissioned,omitempty"`
+	// Problems are the host prerequisites that do not hold on the node,
+	// each with its fix, as its driver's checks last found them.
+	Problems     []Problem     `yaml:"problems,omitempty" json:"problems,omitempty"`
+	Capacity     Capacity      `yaml:"capacity" json:"capacity"`
+	Instances    []Instance    `yaml:"instances" json:"instances"`
+	Volumes      []Volume      `yaml:"volumes" json:"volumes"`
+	Services     []Service     `yaml:"services,omitempty" json:"services,omitempty"`
+	Certificates []Certificate `yaml:"certificates" json:"certificates"`
 }
 
 // Refusal says that the node did not apply the newest commit, and why.
 type Refusal struct {
 	Commit string `yaml:"commit" json:"commit"`
 	Reason string `yaml:"reason" json:"reason"`
+}
+
+// Problem is a host prerequisite that does not hold on the node: what was
+// checked (one of Checks), what is wrong, and what the operator does
+// about it.
+type Problem struct {
+	Check   string `yaml:"check" json:"check"`
+	Problem string `yaml:"problem" json:"problem"`
+	Fix     string `yaml:"fix" json:"fix"`
+}
+
+// The checks a Problem may name. The list is fixed, as the instance states
+// are: a name is a metric label (keel_node_problem{check}), and a reader
+// refuses a report with a name it does not know.
+const (
+	// CheckDatasets: a parent dataset (<pool>/keel/jails, .../volumes)
+	// is missing or mounted elsewhere.
+	CheckDatasets = "datasets"
+	// CheckForwarding: IP forwarding is off; traffic between nodes'
+	// instances is dropped.
+	CheckForwarding = "forwarding"
+	// CheckRacct: resource accounting is off, so the node cannot enforce
+	// resource limits: it refuses every instance that has some, and the
+	// planner places none there (LimitsOff).
+	CheckRacct = "racct"
+	// CheckVNET: the kernel has no VNET; no jail can be created.
+	CheckVNET = "vnet"
+	// CheckPF: pf is off, or its ruleset does not evaluate Keel's anchor;
+	// the ingress redirect does not work.
+	CheckPF = "pf"
+)
+
+// Checks lists every check name, in the order the docs give them.
+var Checks = []string{CheckDatasets, CheckForwarding, CheckRacct, CheckVNET, CheckPF}
+
+// Bounds of Problems: a report with more, or longer texts, is refused.
+// The agent trims what its driver gives it to fit (TrimProblems).
+const (
+	MaxProblems    = 32
+	MaxProblemText = 512 // bytes of problem, and of fix, each
+)
+
+// LimitsOff reports whether the node says it cannot enforce resource
+// limits (a CheckRacct problem).
+func (r *Report) LimitsOff() bool {
+	return slices.ContainsFunc(r.Problems, func(p Problem) bool { return p.Check == CheckRacct })
+}
+
+// TrimProblems returns ps made to fit a report: problems of an unknown
+// check and those without a text are dropped, texts are cut (at a UTF-8
+// boundary, marked with "…") to MaxProblemText, and at most MaxProblems
+// are kept, in the canonical order. dropped counts what was left out.
+func TrimProblems(ps []Problem) (out []Problem, dropped int) {
+	for _, p := range ps {
+		if !slices.Contains(Checks, p.Check) || p.Problem == "" {
+			dropped++
+			continue
+		}
+		p.Problem, p.Fix = cut(p.Problem), cut(p.Fix)
+		out = append(out, p)
+	}
+	sortProblems(out)
+	if len(out) > MaxProblems {
+		dropped += len(out) - MaxProblems
+		out = out[:MaxProblems]
+	}
+	return out, dropped
+}
+
+// cut shortens s to at most MaxProblemText bytes, ending in "…" when cut.
+func cut(s string) string {
+	if len(s) <= MaxProblemText {
+		return s
+	}
+	const ellipsis = "…"
+	n := MaxProblemText - len(ellipsis)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + ellipsis
+}
+
+func sortProblems(ps []Problem) {
+	slices.SortFunc(ps, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(slices.Index(Checks, a.Check), slices.Index(Checks, b.Check)),
+			strings.Compare(a.Problem, b.Problem), strings.Compare(a.Fix, b.Fix))
+	})
 }
 
 // Capacity is what the node can give to instances.
@@ -146,6 +238,7 @@ type raw struct {
 	Commit       string    `yaml:"commit"`
 	PlanID       string    `yaml:"planID"`
 	Refused      *Refusal  `yaml:"refused"`
+	Problems     []Problem `yaml:"problems"`
 	Capacity     struct {
 		CPU    string `yaml:"cpu"`
 		Memory string `yaml:"memory"`
@@ -211,6 +304,20 @@ func ParseFile(data []byte) (Report, error) {
 		AgentVersion: r.AgentVersion, Commit: r.Commit, PlanID: r.PlanID, Refused: r.Refused,
 		Volumes: r.Volumes, Services: r.Services, Certificates: r.Certificates,
 	}
+	if len(r.Problems) > MaxProblems {
+		return Report{}, fmt.Errorf("problems: %d listed, more than the %d allowed", len(r.Problems), MaxProblems)
+	}
+	for i, p := range r.Problems {
+		switch {
+		case !slices.Contains(Checks, p.Check):
+			return Report{}, fmt.Errorf("problems[%d].check: %.64q is not a check (want one of %s)", i, p.Check, strings.Join(Checks, ", "))
+		case p.Problem == "":
+			return Report{}, fmt.Errorf("problems[%d].problem: empty", i)
+		case len(p.Problem) > MaxProblemText || len(p.Fix) > MaxProblemText:
+			return Report{}, fmt.Errorf("problems[%d]: problem and fix may have %d bytes each", i, MaxProblemText)
+		}
+	}
+	out.Problems = r.Problems
 	if !hexRe.MatchString(r.Commit) || !hexRe.MatchString(r.PlanID) {
 		return Report{}, fmt.Errorf("commit and planID must be hexadecimal")
 	}
@@ -258,13 +365,16 @@ func ParseFile(data []byte) (Report, error) {
 	return out, nil
 }
 
-// Marshal writes the report in its canonical form: instances, volumes,
-// services and certificates sorted, so that equal content gives equal bytes.
+// Marshal writes the report in its canonical form: problems (by check in
+// the order of Checks, then text), instances, volumes, services and
+// certificates sorted, so that equal content gives equal bytes.
 func (r Report) Marshal() []byte {
 	r.APIVersion, r.Kind = render.APIVersion, Kind
 	r.Time = r.Time.UTC()
 	r.Clock = r.Clock.UTC()
 	r.Since = r.Since.UTC()
+	r.Problems = slices.Clone(r.Problems)
+	sortProblems(r.Problems)
 	r.Instances = slices.Clone(r.Instances)
 	slices.SortFunc(r.Instances, func(a, b Instance) int { return strings.Compare(a.Name, b.Name) })
 	r.Volumes = slices.Clone(r.Volumes)

@@ -1,10 +1,12 @@
 package report_test
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keel-dev/keel/report"
 )
@@ -77,6 +79,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(sample().Marshal())
 	f.Add([]byte("apiVersion: keel/v1\nkind: Report\nnode: n1\ntime: 2026-01-01T00:00:00Z\ninstances: [{name: a, state: running}]\n"))
 	f.Add([]byte("a: &a [*a, *a]\n"))
+	f.Add([]byte("apiVersion: keel/v1\nkind: Report\nnode: n1\ntime: 2026-01-01T00:00:00Z\nproblems: [{check: racct, problem: off, fix: on}, {check: datasets, problem: b}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := report.Parse(data, "n1")
 		if err != nil {
@@ -141,5 +144,125 @@ func TestSince(t *testing.T) {
 	r.Since = r.Time.Add(time.Millisecond)
 	if _, err := report.Parse(r.Marshal(), "n1"); err == nil || !strings.Contains(err.Error(), "since") {
 		t.Fatalf("since after time: err %v", err)
+	}
+}
+
+// Issue 9: a node's host problems round-trip in the canonical order (by
+// check as report.Checks lists them), are left out when there are none,
+// and say whether the node can enforce resource limits.
+func TestProblemsRoundTrip(t *testing.T) {
+	r := sample()
+	r.Problems = []report.Problem{
+		{Check: report.CheckPF, Problem: "pf is not enabled", Fix: "service pf start"},
+		{Check: report.CheckRacct, Problem: "resource accounting is off", Fix: "kern.racct.enable=1 in /boot/loader.conf, then reboot"},
+		{Check: report.CheckDatasets, Problem: "the dataset zroot/keel/volumes does not exist", Fix: "zfs create -p zroot/keel/volumes"},
+		{Check: report.CheckDatasets, Problem: "the dataset zroot/keel/jails does not exist", Fix: "zfs create -p zroot/keel/jails"},
+	}
+	data := r.Marshal()
+	got, err := report.Parse(data, "n1")
+	if err != nil {
+		t.Fatalf("Parse: %v\n%s", err, data)
+	}
+	var checks []string
+	for _, p := range got.Problems {
+		checks = append(checks, p.Check)
+	}
+	if want := []string{"datasets", "datasets", "racct", "pf"}; strings.Join(checks, ",") != strings.Join(want, ",") {
+		t.Errorf("problems in the order %v, want %v", checks, want)
+	}
+	if got.Problems[0].Problem != "the dataset zroot/keel/jails does not exist" || got.Problems[3].Fix != "service pf start" {
+		t.Errorf("problems changed: %+v", got.Problems)
+	}
+	if string(got.Marshal()) != string(data) {
+		t.Errorf("marshal is not stable:\n%s\nvs\n%s", data, got.Marshal())
+	}
+	if !strings.Contains(string(data), "problems:\n  - check: datasets\n") {
+		t.Errorf("problems not written as documented:\n%s", data)
+	}
+	if !got.LimitsOff() {
+		t.Error("a report with a racct problem does not say limits are off")
+	}
+	if s := string(sample().Marshal()); strings.Contains(s, "problems") {
+		t.Errorf("a report without problems lists them:\n%s", s)
+	}
+	if r := sample(); r.LimitsOff() {
+		t.Error("a report without problems says limits are off")
+	}
+}
+
+// Issue 9: a problem of an unknown check, an empty or oversize text, or
+// too many problems make the report unreadable, as any other broken field.
+func TestInvalidProblems(t *testing.T) {
+	with := func(ps ...report.Problem) string {
+		r := sample()
+		r.Problems = ps
+		return string(r.Marshal())
+	}
+	ok := report.Problem{Check: report.CheckRacct, Problem: "off", Fix: "on"}
+	many := make([]report.Problem, report.MaxProblems+1)
+	for i := range many {
+		many[i] = report.Problem{Check: report.CheckDatasets, Problem: fmt.Sprintf("dataset %d", i)}
+	}
+	long := strings.Repeat("x", report.MaxProblemText+1)
+	cases := []struct{ name, data, want string }{
+		{"unknown check", with(report.Problem{Check: "kernel", Problem: "x"}), `problems[0].check: "kernel" is not a check`},
+		{"empty check", with(report.Problem{Problem: "x"}), "problems[0].check"},
+		{"oversize check", with(report.Problem{Check: strings.Repeat("racct", 1000), Problem: "x"}), "is not a check"},
+		{"empty problem", with(ok, report.Problem{Check: report.CheckPF}), "problems[1].problem: empty"},
+		{"oversize problem", with(report.Problem{Check: report.CheckPF, Problem: long}), "512 bytes each"},
+		{"oversize fix", with(report.Problem{Check: report.CheckPF, Problem: "x", Fix: long}), "512 bytes each"},
+		{"too many", with(many...), "33 listed, more than the 32 allowed"},
+		{"not a list", strings.Replace(with(ok), "problems:\n  - check: racct\n    problem: \"off\"\n    fix: \"on\"\n", "problems: racct\n", 1), "does not parse"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := report.Parse([]byte(c.data), "n1")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error containing %q\n%s", err, c.want, c.data)
+			}
+			if err != nil && len(err.Error()) > 400 {
+				t.Errorf("the error echoes the input: %d bytes", len(err.Error()))
+			}
+		})
+	}
+	if _, err := report.Parse([]byte(with(ok)), "n1"); err != nil {
+		t.Fatalf("a valid problem is refused: %v", err)
+	}
+}
+
+// Issue 9: TrimProblems makes whatever a driver says fit a report that
+// readers accept: unknown checks and empty texts dropped, texts cut at a
+// UTF-8 boundary, the count capped.
+func TestTrimProblems(t *testing.T) {
+	in := []report.Problem{
+		{Check: "kernel", Problem: "from a newer driver"},
+		{Check: report.CheckPF, Problem: ""},
+		{Check: report.CheckRacct, Problem: strings.Repeat("é", report.MaxProblemText), Fix: strings.Repeat("f", report.MaxProblemText+7)},
+	}
+	for i := range report.MaxProblems + 3 {
+		in = append(in, report.Problem{Check: report.CheckDatasets, Problem: fmt.Sprintf("dataset %02d", i)})
+	}
+	got, dropped := report.TrimProblems(in)
+	if len(got) != report.MaxProblems || dropped != 2+4 {
+		t.Fatalf("kept %d, dropped %d; want %d and 6", len(got), dropped, report.MaxProblems)
+	}
+	for _, p := range got {
+		if p.Check == report.CheckRacct {
+			t.Errorf("the racct problem sorts after datasets and was cut off by the cap, yet kept: %+v", p)
+		}
+	}
+	got, dropped = report.TrimProblems(in[:3])
+	if len(got) != 1 || dropped != 2 {
+		t.Fatalf("kept %v, dropped %d", got, dropped)
+	}
+	p := got[0]
+	if len(p.Problem) > report.MaxProblemText || !utf8.ValidString(p.Problem) || !strings.HasSuffix(p.Problem, "…") ||
+		len(p.Fix) > report.MaxProblemText || !strings.HasSuffix(p.Fix, "…") {
+		t.Errorf("texts not cut to %d bytes of valid UTF-8: %d %d", report.MaxProblemText, len(p.Problem), len(p.Fix))
+	}
+	r := sample()
+	r.Problems, _ = report.TrimProblems(in)
+	if _, err := report.Parse(r.Marshal(), "n1"); err != nil {
+		t.Fatalf("a report of trimmed problems is refused: %v", err)
 	}
 }

@@ -45,6 +45,9 @@ type Driver struct {
 	vips      []netip.Addr
 	routes    []nodeexec.Route
 	capacity  render.Resources
+	problems  []nodeexec.HostProblem
+	checkErr  error
+	checks    int
 }
 
 // instance is an instance's root, and its process when running.
@@ -61,7 +64,10 @@ type instance struct {
 	logs       []byte
 }
 
-var _ nodeexec.Driver = (*Driver)(nil)
+var (
+	_ nodeexec.Driver      = (*Driver)(nil)
+	_ nodeexec.HostChecker = (*Driver)(nil)
+)
 
 // New returns an empty fake node with 4 cores and 8 GiB, on the real clock.
 func New() *Driver {
@@ -98,6 +104,55 @@ func (d *Driver) Capacity(ctx context.Context) (render.Resources, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.capacity, nil
+}
+
+// SetProblems sets the host problems Check finds from now on, as if the
+// host had changed. With a "racct" problem the fake node cannot enforce
+// resource limits, as the freebsd driver without kern.racct.enable: Start
+// and Apply refuse limits with nodeexec.ErrLimitsUnenforced.
+func (d *Driver) SetProblems(ps []nodeexec.HostProblem) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.problems = slices.Clone(ps)
+}
+
+// FailChecks makes Check fail with err (nil: work again), as when the
+// commands it runs cannot run.
+func (d *Driver) FailChecks(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.checkErr = err
+}
+
+// Checks returns how many times Check was called.
+func (d *Driver) Checks() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.checks
+}
+
+// Check implements nodeexec.HostChecker: the problems of SetProblems.
+func (d *Driver) Check(ctx context.Context) ([]nodeexec.HostProblem, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.checks++
+	if d.checkErr != nil {
+		return nil, fmt.Errorf("host checks: %w", d.checkErr)
+	}
+	return slices.Clone(d.problems), nil
+}
+
+// limitsLocked refuses limits when a racct problem is set.
+func (d *Driver) limitsLocked(r render.Resources) error {
+	if r == (render.Resources{}) {
+		return nil
+	}
+	for _, p := range d.problems {
+		if p.Check == "racct" {
+			return fmt.Errorf("%w: %s", nodeexec.ErrLimitsUnenforced, p.Problem)
+		}
+	}
+	return nil
 }
 
 // Crash makes the running instance's process exit with code (-1 for a
@@ -266,6 +321,9 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 		delete(d.failNext, name)
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
+	if err := d.limitsLocked(spec.Spec.Resources); err != nil {
+		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
+	}
 	for _, p := range spec.Volumes {
 		if !d.volumes[path.Base(p)] || p != volumePath(path.Base(p)) {
 			return nodeexec.Process{}, fmt.Errorf("start %s: volume %s is not a directory", name, p)
@@ -325,13 +383,17 @@ func (d *Driver) Destroy(ctx context.Context, name string) error {
 }
 
 // Apply records the resources (see Applied) and, like the process driver,
-// limits nothing.
+// limits nothing. With a racct problem set (SetProblems) it refuses
+// limits.
 func (d *Driver) Apply(ctx context.Context, name string, r render.Resources) error {
 	if err := checkName("instance", name); err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.limitsLocked(r); err != nil {
+		return fmt.Errorf("apply %s: %w", name, err)
+	}
 	if in := d.instances[name]; in != nil {
 		in.applied = &r
 	}

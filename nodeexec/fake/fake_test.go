@@ -115,3 +115,50 @@ func TestControls(t *testing.T) {
 		t.Errorf("VIPs, Routes = %v, %v", d.VIPs(), d.Routes())
 	}
 }
+
+// The fake's host problems: Check returns what SetProblems set, fails
+// while FailChecks says so, and a racct problem makes Start and Apply
+// refuse limits (never run unlimited) while an instance without limits
+// still starts.
+func TestHostProblems(t *testing.T) {
+	ctx := context.Background()
+	d := fake.New()
+	if ps, err := d.Check(ctx); err != nil || len(ps) != 0 {
+		t.Fatalf("Check of a fresh fake = %v, %v", ps, err)
+	}
+	racct := nodeexec.HostProblem{Check: "racct", Problem: "resource accounting is off", Fix: "reboot with it"}
+	d.SetProblems([]nodeexec.HostProblem{racct})
+	if ps, err := d.Check(ctx); err != nil || !slices.Equal(ps, []nodeexec.HostProblem{racct}) {
+		t.Fatalf("Check = %v, %v; want the racct problem", ps, err)
+	}
+	limited := spec("web-0")
+	limited.Spec.Resources = render.Resources{CPU: 500}
+	if _, err := d.Start(ctx, limited); !errors.Is(err, nodeexec.ErrLimitsUnenforced) {
+		t.Fatalf("Start with limits and racct off: %v, want ErrLimitsUnenforced", err)
+	}
+	if d.Starts("web-0") != 0 {
+		t.Error("the refused start counted")
+	}
+	if _, err := d.Start(ctx, spec("web-0")); err != nil {
+		t.Fatalf("Start without limits: %v", err)
+	}
+	if err := d.Apply(ctx, "web-0", render.Resources{Memory: 1 << 20}); !errors.Is(err, nodeexec.ErrLimitsUnenforced) {
+		t.Errorf("Apply of limits with racct off: %v, want ErrLimitsUnenforced", err)
+	}
+	if _, ok := d.Applied("web-0"); ok {
+		t.Error("the refused limits were recorded as applied")
+	}
+	boom := errors.New("sysctl: not found")
+	d.FailChecks(boom)
+	if _, err := d.Check(ctx); !errors.Is(err, boom) {
+		t.Errorf("Check after FailChecks: %v", err)
+	}
+	d.FailChecks(nil)
+	d.SetProblems(nil)
+	if err := d.Apply(ctx, "web-0", render.Resources{Memory: 1 << 20}); err != nil {
+		t.Errorf("Apply once racct is back: %v", err)
+	}
+	if n := d.Checks(); n != 3 {
+		t.Errorf("Checks = %d, want 3", n)
+	}
+}

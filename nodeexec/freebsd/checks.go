@@ -4,26 +4,23 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/keel-dev/keel/nodeexec"
 )
 
 // Problem is a host prerequisite that does not hold, with how to fix it.
-type Problem struct {
-	// Check names what was checked: "datasets", "forwarding", "racct",
-	// "vnet", "pf".
-	Check string
-	// Problem says what is wrong.
-	Problem string
-	// Fix says what the operator does about it.
-	Fix string
-}
+// Check is one of "datasets", "forwarding", "racct", "vnet", "pf" (the
+// names of report.Checks).
+type Problem = nodeexec.HostProblem
 
-func (p Problem) String() string { return p.Check + ": " + p.Problem + "; fix: " + p.Fix }
+var _ nodeexec.HostChecker = (*Driver)(nil)
 
-// Check returns what on this host would stop the driver from working, each
-// with its fix (docs/freebsd-notes.md §0, §4.8, §4.9, §5, §6, §11): the
-// parent datasets <pool>/keel/jails and <pool>/keel/volumes, mounted where
-// the driver expects them; IP forwarding; RACCT; VNET in the kernel; and,
-// with a public interface, pf enabled with the anchor in its main ruleset.
+// Check implements nodeexec.HostChecker: what on this host would stop the
+// driver from working, each with its fix (docs/freebsd-notes.md §0, §4.8,
+// §4.9, §5, §6, §11): the parent datasets <pool>/keel/jails and
+// <pool>/keel/volumes, mounted where the driver expects them; IP
+// forwarding; RACCT; VNET in the kernel; and, with a public interface, pf
+// enabled with the anchor in its main ruleset.
 // It changes nothing. An error is returned only when a check could not
 // run at all.
 func (d *Driver) Check(ctx context.Context) ([]Problem, error) {

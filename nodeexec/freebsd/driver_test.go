@@ -18,6 +18,7 @@ import (
 	"github.com/keel-dev/keel/nodeexec/freebsd"
 	"github.com/keel-dev/keel/nodeexec/freebsd/fbsdsim"
 	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
 )
 
 // simpleSpec is a vnet jail without volumes at address.
@@ -358,6 +359,15 @@ func TestCheck(t *testing.T) {
 	}
 	if want := []string{"datasets", "forwarding", "racct", "vnet", "pf"}; !slices.Equal(checks, want) {
 		t.Errorf("Check found %q, want %q: %v", checks, want, problems)
+	}
+	// Each is a check the report format knows, so that every problem
+	// reaches the node's report.
+	var rps []report.Problem
+	for _, p := range problems {
+		rps = append(rps, report.Problem(p))
+	}
+	if kept, dropped := report.TrimProblems(rps); dropped != 0 || len(kept) != len(problems) {
+		t.Errorf("the node's report would leave out %d of %v", dropped, problems)
 	}
 }
 

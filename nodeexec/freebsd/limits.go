@@ -2,18 +2,19 @@ package freebsd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/render"
 )
 
 // ErrRacctDisabled is returned (wrapped) by Start and Apply for an
 // instance with limits on a host whose kernel accounts for no resources
 // (kern.racct.enable is 0, or RACCT is not in the kernel): the instance is
-// refused rather than run unlimited.
-var ErrRacctDisabled = errors.New("resource limits are off on this host (kern.racct.enable is not 1): add kern.racct.enable=1 to /boot/loader.conf and reboot")
+// refused rather than run unlimited. It wraps the driver-neutral
+// nodeexec.ErrLimitsUnenforced.
+var ErrRacctDisabled = fmt.Errorf("%w: resource accounting is off on this host (kern.racct.enable is not 1): add kern.racct.enable=1 to /boot/loader.conf and reboot", nodeexec.ErrLimitsUnenforced)
 
 // maxPCPU is rctl's pcpu for 1024 cores, the most a spec may ask
 // (docs/freebsd-notes.md §5).
