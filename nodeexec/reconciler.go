@@ -316,7 +316,6 @@ func restartable(policy string, e Exit) bool {
 	}
 }
 
-
 // ensure decides what an instance placed on this node needs to run its
 // current spec, and returns the operation that does it: nil when it needs
 // nothing, or an error wrapping ErrWaiting when it must wait for another
