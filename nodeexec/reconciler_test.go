@@ -188,13 +188,15 @@ func (w *world) running() map[string]nodeexec.Process {
 	return r
 }
 
-func (w *world) placedOn(name string) string {
+func (w *world) placedOn(name string) string { return w.placement(name).Node }
+
+func (w *world) placement(name string) planner.Placement {
 	for _, pl := range w.plan.Placements {
 		if pl.Instance == name {
-			return pl.Node
+			return pl
 		}
 	}
-	return ""
+	return planner.Placement{}
 }
 
 func jail(name, extra string) string {
