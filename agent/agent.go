@@ -67,6 +67,10 @@ type Options struct {
 	// ProxyLimits bound the service proxies' clients (zero fields: the
 	// defaults).
 	ProxyLimits proxy.Limits
+	// MaxParallelOps bounds the instance operations (volumes, start, stop,
+	// destroy) that run at once, off the loop (default
+	// nodeexec.DefaultMaxParallel).
+	MaxParallelOps int
 }
 
 // Trust is the node-local configuration of commit verification.
@@ -180,7 +184,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	rec, err := nodeexec.NewReconciler(nodeexec.Config{
 		Node: opts.Node, Driver: opts.Driver, StateDir: opts.StateDir, Logger: opts.Logger,
-		Now: opts.Now, StopGrace: opts.StopGrace,
+		Now: opts.Now, StopGrace: opts.StopGrace, MaxParallel: opts.MaxParallelOps,
 	})
 	if err != nil {
 		return nil, err
@@ -267,6 +271,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit())
 	defer a.pub.close()
 	defer a.proxies.Close()
+	// The loop owns the reconciler: it closes it (cancelling the
+	// operations in flight and saving what they did) before Run returns.
+	defer func() {
+		if err := a.rec.Close(); err != nil {
+			a.log.Error("saving the state of the operations cut short", "err", err)
+		}
+	}()
 	if local, ok := sync.LocalPath(a.opts.Remote.URL); ok && !a.opts.DisableWatch {
 		if err := sync.Watch(ctx, local, a.log, a.Trigger); err != nil {
 			a.log.Warn("cannot watch the local repository; polling only", "err", err)
@@ -297,6 +308,10 @@ func (a *Agent) Run(ctx context.Context) error {
 				reconcile.Reset(a.opts.Reconcile)
 			}
 		case <-reconcile.C:
+			a.pass(ctx)
+			reconcile.Reset(a.opts.Reconcile)
+		case <-a.rec.Wake():
+			// An instance operation ended: record it and report it now.
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
 		case req := <-a.requests:
@@ -558,6 +573,7 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
 	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
+	a.metrics.InstanceOperations.Set(float64(res.InFlight))
 	if w := waitingText(res.Waiting); w != a.waiting {
 		a.waiting = w
 		if w != "" {
@@ -694,9 +710,11 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 
 // loopStallLimit is how long the loop may go without a pass before
 // /healthz fails, and before the publisher stops refreshing this node's
-// report: a stuck agent stops looking alive.
+// report: a stuck agent stops looking alive. A pass never waits for an
+// instance operation (a stop's grace included), only for the driver's
+// listing of what runs and the network calls, each bounded by a minute.
 func (a *Agent) loopStallLimit() time.Duration {
-	return 3*a.opts.Reconcile + a.opts.StopGrace + time.Minute
+	return 3*a.opts.Reconcile + time.Minute
 }
 
 func (a *Agent) updateInstanceMetrics(m *render.Model) {
