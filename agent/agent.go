@@ -530,6 +530,10 @@ func (a *Agent) pass(ctx context.Context) {
 		return
 	}
 	defer a.health.ready.Store(true)
+	// What the instance operations that ended did goes into the report the
+	// plan is made with: a rollout releases the next replica as soon as
+	// the previous one runs.
+	a.rec.Collect()
 	now := a.opts.Now()
 	// This node knows how the others fare as of its last successful fetch:
 	// it judges them at that time, so that nobody looks dead for lack of

@@ -149,19 +149,31 @@ func (r *Reconciler) work(ctx context.Context, o *operation) error {
 }
 
 // collect takes back the operations that ended and folds their outcomes
-// into the state and res, at now; it returns how many there were. Only the
-// owner calls it.
-func (r *Reconciler) collect(now time.Time, res *Result) int {
+// into the state and r.folded, at now. Only the owner calls it.
+func (r *Reconciler) collect(now time.Time) {
 	r.mu.Lock()
 	done := r.done
 	r.done = nil
 	r.mu.Unlock()
 	for _, o := range done {
 		delete(r.ops, o.name)
-		r.fold(o, now, res)
+		r.fold(o, now, &r.folded)
+		r.unsaved = true
 	}
-	return len(done)
 }
+
+// retry holds an instance whose last operation failed: no new operation is
+// started for it before at (its restart backoff aside, for a start). The
+// delay doubles from minBackoff up to maxRetry with each failure in a row,
+// so that a failing driver call is not repeated at every pass, each woken
+// by the failure before.
+type retry struct {
+	at    time.Time
+	delay time.Duration
+}
+
+// maxRetry caps the delay before a failed operation is tried again.
+const maxRetry = 30 * time.Second
 
 // fold records an ended operation's outcome in the state and res.
 func (r *Reconciler) fold(o *operation, now time.Time, res *Result) {
@@ -170,6 +182,9 @@ func (r *Reconciler) fold(o *operation, now time.Time, res *Result) {
 	res.Replaced += o.counts.Replaced
 	res.Stopped += o.counts.Stopped
 	res.Removed += o.counts.Removed
+	if o.err == nil {
+		delete(r.held, o.name)
+	}
 	st := r.state.Instances[o.name]
 	if o.stopped && st != nil {
 		st.PID, st.StartTime, st.State = 0, 0, report.StateStopped
@@ -222,7 +237,11 @@ func (r *Reconciler) fold(o *operation, now time.Time, res *Result) {
 	if st != nil {
 		st.Error = o.err.Error()
 	}
-	r.log.Warn("instance", "instance", o.name, "err", o.err)
+	h := r.held[o.name]
+	h.delay = min(max(2*h.delay, minBackoff), maxRetry)
+	h.at = now.Add(h.delay)
+	r.held[o.name] = h
+	r.log.Warn("instance", "instance", o.name, "err", o.err, "retryIn", h.delay)
 }
 
 // Close cancels the operations in flight, waits for them, folds what they
@@ -237,8 +256,8 @@ func (r *Reconciler) Close() error {
 	r.closed = true
 	r.cancel()
 	r.wg.Wait()
-	res := Result{Errors: map[string]error{}, Waiting: map[string]error{}}
-	if r.collect(r.cfg.Now(), &res) == 0 {
+	r.collect(r.cfg.Now())
+	if !r.unsaved {
 		return nil
 	}
 	return r.save()

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	gosync "sync"
 	"testing"
 	"time"
 
@@ -247,12 +248,14 @@ func TestReportShowsStartingThenRunning(t *testing.T) {
 
 	g.let(t)
 	w.waitWake()
+	// The agent collects before it builds the report it plans with.
+	w.rec.Collect()
+	if ri, _ := w.shown("db"); ri.State != report.StateRunning || ri.Address.String() != addr {
+		t.Fatalf("db shown as %+v after its start", ri)
+	}
 	res, err := w.rec.Pass(context.Background(), w.desired)
 	if err != nil || res.Created != 1 || res.InFlight != 0 {
 		t.Fatalf("the pass after the start: %+v, %v", res, err)
-	}
-	if ri, _ := w.shown("db"); ri.State != report.StateRunning || ri.Address.String() != addr {
-		t.Fatalf("db shown as %+v after its start", ri)
 	}
 	saved, err := nodeexec.LoadState(w.dir)
 	if err != nil {
@@ -370,5 +373,52 @@ func TestFailedFirstStartBacksOff(t *testing.T) {
 	w.clk.advance(time.Second)
 	if res := w.pass(); res.Created != 1 || w.drv.Starts("app") != 1 {
 		t.Fatalf("not started after its backoff: %+v", res)
+	}
+}
+
+// An operation that fails is tried again after a delay (1 s, doubling),
+// not by the pass its failure wakes.
+func TestFailedOperationWaitsBeforeRetry(t *testing.T) {
+	w := newWorld(t, map[string]string{"a.yaml": jail("db", "  volumes: [{name: db-data, mountPath: /d}]\n")})
+	var mu gosync.Mutex
+	tries, fail := 0, true
+	w.drv.SetHook(func(ctx context.Context, op fake.Op, name string) error {
+		if op != fake.OpEnsureVolume {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		tries++
+		if fail {
+			return errors.New("out of space")
+		}
+		return nil
+	})
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return tries
+	}
+	prev := 0
+	for i, step := range []struct {
+		advance time.Duration
+		tries   int
+	}{{0, 1}, {0, 1}, {999 * time.Millisecond, 1}, {time.Millisecond, 2}, {time.Second, 2}, {time.Second, 3}} {
+		w.clk.advance(step.advance)
+		res := w.pass()
+		if count() != step.tries {
+			t.Fatalf("step %d: %d tries, want %d (%+v)", i, count(), step.tries, res)
+		}
+		if tried := count() > prev; tried != (res.Errors["db"] != nil) {
+			t.Fatalf("step %d: tried %v, errors %v", i, tried, res.Errors)
+		}
+		prev = count()
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	w.clk.advance(4 * time.Second)
+	if res := w.pass(); res.Created != 1 || count() != 4 {
+		t.Fatalf("after the failures: %+v, %d tries", res, count())
 	}
 }

@@ -95,9 +95,12 @@ type Reconciler struct {
 	log *slog.Logger
 
 	// Owned by the owner's goroutine.
-	state  *State
-	ops    map[string]*operation // started and not folded yet, by instance
-	closed bool
+	state   *State
+	ops     map[string]*operation // started and not folded yet, by instance
+	held    map[string]retry      // instances whose last operation failed
+	folded  Result                // what was folded since the last Pass returned
+	unsaved bool                  // an outcome was folded since the state was saved
+	closed  bool
 
 	ctx    context.Context // the operations'; Close cancels it
 	cancel context.CancelFunc
@@ -132,8 +135,8 @@ func NewReconciler(cfg Config) (*Reconciler, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Reconciler{
-		cfg: cfg, state: st, log: cfg.Logger, ops: map[string]*operation{},
-		ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
+		cfg: cfg, state: st, log: cfg.Logger, ops: map[string]*operation{}, held: map[string]retry{},
+		folded: newResult(), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -150,24 +153,35 @@ func (r *Reconciler) op(ctx context.Context) (context.Context, context.CancelFun
 // collapse into one value.
 func (r *Reconciler) Wake() <-chan struct{} { return r.wake }
 
+func newResult() Result { return Result{Errors: map[string]error{}, Waiting: map[string]error{}} }
+
+// Collect folds the outcomes of the operations that have ended into the
+// state, so that what Status and Instances show next (the report a pass is
+// planned with) includes them. Pass collects too; the next Pass saves the
+// state and returns what was folded.
+func (r *Reconciler) Collect() {
+	r.collect(r.cfg.Now())
+}
+
 // Pass runs one reconcile pass against d: it folds the outcomes of the
 // operations that ended into the state, reads what runs from the driver,
 // starts the operations the node needs on free workers, saves the state and
 // returns. It never waits for an operation.
 func (r *Reconciler) Pass(ctx context.Context, d Desired) (Result, error) {
-	res := Result{Errors: map[string]error{}, Waiting: map[string]error{}}
 	if r.closed {
-		return res, ErrClosed
+		return newResult(), ErrClosed
 	}
 	now := r.cfg.Now()
-	folded := r.collect(now, &res)
+	r.collect(now)
+	res := r.folded
+	r.folded = newResult()
 	opCtx, cancel := r.op(ctx)
 	running, err := r.cfg.Driver.Running(opCtx)
 	cancel()
 	if err != nil {
 		res.InFlight = len(r.ops)
 		err = fmt.Errorf("list instances: %w", err)
-		if folded > 0 {
+		if r.unsaved {
 			err = errors.Join(err, r.save())
 		}
 		return res, err
@@ -177,7 +191,7 @@ func (r *Reconciler) Pass(ctx context.Context, d Desired) (Result, error) {
 		r.decide(d, running, now, &res)
 	}
 	res.InFlight = len(r.ops)
-	if folded > 0 {
+	if r.unsaved {
 		CrashPoint(CrashBeforeStateWrite)
 	}
 	return res, r.save()
@@ -187,6 +201,7 @@ func (r *Reconciler) save() error {
 	if err := r.state.Save(r.cfg.StateDir); err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
+	r.unsaved = false
 	return nil
 }
 
@@ -205,9 +220,13 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 			elsewhere[pl.Instance] = pl
 		}
 	}
+	maps.DeleteFunc(r.held, func(name string, _ retry) bool {
+		_, placed := mine[name]
+		return !placed && r.state.Instances[name] == nil // gone for good
+	})
 	// Instances this node holds but should not run.
 	for _, name := range slices.Sorted(maps.Keys(r.state.Instances)) {
-		if _, ok := mine[name]; ok || r.ops[name] != nil {
+		if _, ok := mine[name]; ok || r.busy(name, now) {
 			continue
 		}
 		if o := r.release(d, name, elsewhere, running); o != nil {
@@ -217,7 +236,7 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 	// Instances this node should run.
 	for _, name := range slices.Sorted(maps.Keys(mine)) {
 		inst := d.Model.Instance(name)
-		if inst == nil || r.ops[name] != nil {
+		if inst == nil || r.busy(name, now) {
 			continue
 		}
 		o, err := r.ensure(inst, mine[name], running, now)
@@ -229,6 +248,12 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 			r.dispatch(o)
 		}
 	}
+}
+
+// busy reports whether an instance's operation is in flight, or its last
+// one failed less than its retry delay ago.
+func (r *Reconciler) busy(name string, now time.Time) bool {
+	return r.ops[name] != nil || now.Before(r.held[name].at)
 }
 
 // observe folds what the driver says runs into the state: processes an
