@@ -182,41 +182,37 @@ func (r *Reconciler) fold(o *operation, now time.Time, res *Result) {
 	res.Replaced += o.counts.Replaced
 	res.Stopped += o.counts.Stopped
 	res.Removed += o.counts.Removed
-	if o.err == nil {
-		delete(r.held, o.name)
-	}
 	st := r.state.Instances[o.name]
 	if o.stopped && st != nil {
 		st.PID, st.StartTime, st.State = 0, 0, report.StateStopped
 	}
-	switch {
-	case o.err != nil:
-	case o.why == whyRelease:
-		delete(r.state.Instances, o.name)
-		r.log.Info("removed instance", "instance", o.name, "reason", o.reason)
-		return
-	case o.why == whyApply && st != nil:
-		st.Spec.Resources = o.spec.Spec.Resources
-		st.Spec.RestartPolicy = o.spec.Spec.RestartPolicy
-		st.SpecHash = o.spec.SpecHash
-		st.Error = ""
-		return
-	}
-	if o.started {
-		prev := st
-		if prev == nil {
-			prev = &InstanceState{}
+	if o.err == nil {
+		delete(r.held, o.name)
+		switch {
+		case o.why == whyRelease:
+			delete(r.state.Instances, o.name)
+			r.log.Info("removed instance", "instance", o.name, "reason", o.reason)
+		case o.why == whyApply && st != nil:
+			st.Spec.Resources = o.spec.Spec.Resources
+			st.Spec.RestartPolicy = o.spec.Spec.RestartPolicy
+			st.SpecHash = o.spec.SpecHash
+			st.Error = ""
+		case o.started:
+			prev := st
+			if prev == nil {
+				prev = &InstanceState{}
+			}
+			restarts := prev.Restarts
+			if o.kind == startCrash {
+				restarts++
+			}
+			r.state.Instances[o.name] = &InstanceState{
+				Service: o.spec.Service, Address: o.spec.Address.String(), SpecHash: o.spec.SpecHash, Spec: o.spec.Spec,
+				PID: o.proc.PID, StartTime: o.proc.StartTime, Started: now, State: report.StateRunning,
+				Restarts: restarts, Backoff: prev.Backoff, LastExit: prev.LastExit, Generation: o.gen,
+			}
+			r.log.Info("started instance", "instance", o.name, "pid", o.proc.PID, "address", o.spec.Address, "specHash", short(o.spec.SpecHash))
 		}
-		restarts := prev.Restarts
-		if o.kind == startCrash {
-			restarts++
-		}
-		r.state.Instances[o.name] = &InstanceState{
-			Service: o.spec.Service, Address: o.spec.Address.String(), SpecHash: o.spec.SpecHash, Spec: o.spec.Spec,
-			PID: o.proc.PID, StartTime: o.proc.StartTime, Started: now, State: report.StateRunning,
-			Restarts: restarts, Backoff: prev.Backoff, LastExit: prev.LastExit, Generation: o.gen,
-		}
-		r.log.Info("started instance", "instance", o.name, "pid", o.proc.PID, "address", o.spec.Address, "specHash", short(o.spec.SpecHash))
 		return
 	}
 	if o.startFailed {
