@@ -148,6 +148,10 @@ func (r *Reconciler) op(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, r.cfg.OpTimeout)
 }
 
+// InFlight returns how many operations were started and not yet folded
+// into the state.
+func (r *Reconciler) InFlight() int { return len(r.ops) }
+
 // Wake receives a value when an operation has ended: the owner should run a
 // pass soon, to fold its outcome into the state and report it. Bursts
 // collapse into one value.
