@@ -129,6 +129,12 @@ type Agent struct {
 		content string
 		at      time.Time
 	}
+	// inFlight is how many instance operations the last pass left in
+	// flight; heldSince is when a report changed while some were (see
+	// publish), and settle the timer that publishes it if they last.
+	inFlight  int
+	heldSince time.Time
+	settle    *time.Timer
 	gitOK     bool
 	gitErr    string
 	cluster   render.Cluster
@@ -289,6 +295,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	poll := time.NewTicker(a.opts.Poll)
 	defer poll.Stop()
+	a.settle = time.NewTimer(time.Hour)
+	a.settle.Stop()
+	defer a.settle.Stop()
 	reconcile := time.NewTimer(0)
 	defer reconcile.Stop()
 	a.git.fetch()
@@ -314,6 +323,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			// An instance operation ended: record it and report it now.
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
+		case <-a.settle.C:
+			a.publish(ctx, a.opts.Now())
 		case req := <-a.requests:
 			req.handle(ctx, a)
 		}
@@ -578,6 +589,7 @@ func (a *Agent) pass(ctx context.Context) {
 	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
 	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
 	a.metrics.InstanceOperations.Set(float64(res.InFlight))
+	a.inFlight = res.InFlight
 	if w := waitingText(res.Waiting); w != a.waiting {
 		a.waiting = w
 		if w != "" {
@@ -685,8 +697,19 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	return r
 }
 
+// opSettle is how long a report that changed while instance operations
+// are in flight waits for them before it is published anyway.
+const opSettle = time.Second
+
 // publish hands the report to the publisher when its content changed or
 // the report interval passed; the push never blocks the loop.
+//
+// A change made while instance operations are in flight (instances
+// starting, a new commit whose work is under way) waits up to opSettle
+// for them to end: most end sooner, and the report that says how they
+// ended is then the only push, rather than one push (and a fetch on every
+// peer) for the work begun and another for the work done. Operations that
+// last longer (a jail creation) are published as under way after opSettle.
 func (a *Agent) publish(ctx context.Context, now time.Time) {
 	r := a.ownReport(ctx, now)
 	if a.plan != nil {
@@ -700,9 +723,22 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	if interval == 0 {
 		interval = time.Duration(render.DefaultReportInterval)
 	}
-	if content == a.lastPublish.content && now.Sub(a.lastPublish.at) < interval {
+	due := now.Sub(a.lastPublish.at) >= interval
+	if content == a.lastPublish.content && !due {
+		a.heldSince = time.Time{}
 		return
 	}
+	if a.inFlight > 0 && !due {
+		if a.heldSince.IsZero() {
+			a.heldSince = now
+		}
+		if wait := a.heldSince.Add(opSettle).Sub(now); wait > 0 {
+			a.settle.Reset(wait)
+			return
+		}
+	}
+	a.heldSince = time.Time{}
+	a.settle.Stop()
 	a.lastPublish.content, a.lastPublish.at = content, now
 	prefix := a.cluster.ReportRefPrefix
 	if prefix == "" {
