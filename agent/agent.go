@@ -729,10 +729,11 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 		return
 	}
 	if a.inFlight > 0 && !due {
+		// Real time, as the timer's, whatever the injected clock.
 		if a.heldSince.IsZero() {
-			a.heldSince = now
+			a.heldSince = time.Now()
 		}
-		if wait := a.heldSince.Add(opSettle).Sub(now); wait > 0 {
+		if wait := time.Until(a.heldSince.Add(opSettle)); wait > 0 {
 			a.settle.Reset(wait)
 			return
 		}
