@@ -70,6 +70,10 @@ type Options struct {
 	// CheckInterval is how often the driver's host checks run, when it
 	// has some (nodeexec.HostChecker); DefaultCheckInterval when zero.
 	CheckInterval time.Duration
+	// MaxParallelOps bounds the instance operations (volumes, start, stop,
+	// destroy) that run at once, off the loop (default
+	// nodeexec.DefaultMaxParallel).
+	MaxParallelOps int
 }
 
 // Trust is the node-local configuration of commit verification.
@@ -129,6 +133,12 @@ type Agent struct {
 		content string
 		at      time.Time
 	}
+	// inFlight is how many instance operations the last pass left in
+	// flight; heldSince is when a report changed while some were (see
+	// publish), and settle the timer that publishes it if they last.
+	inFlight  int
+	heldSince time.Time
+	settle    *time.Timer
 	gitOK     bool
 	gitErr    string
 	cluster   render.Cluster
@@ -184,7 +194,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	rec, err := nodeexec.NewReconciler(nodeexec.Config{
 		Node: opts.Node, Driver: opts.Driver, StateDir: opts.StateDir, Logger: opts.Logger,
-		Now: opts.Now, StopGrace: opts.StopGrace,
+		Now: opts.Now, StopGrace: opts.StopGrace, MaxParallel: opts.MaxParallelOps,
 	})
 	if err != nil {
 		return nil, err
@@ -271,6 +281,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit())
 	defer a.pub.close()
 	defer a.proxies.Close()
+	// The loop owns the reconciler: it closes it (cancelling the
+	// operations in flight and saving what they did) before Run returns.
+	defer func() {
+		if err := a.rec.Close(); err != nil {
+			a.log.Error("saving the state of the operations cut short", "err", err)
+		}
+	}()
 	if local, ok := sync.LocalPath(a.opts.Remote.URL); ok && !a.opts.DisableWatch {
 		if err := sync.Watch(ctx, local, a.log, a.Trigger); err != nil {
 			a.log.Warn("cannot watch the local repository; polling only", "err", err)
@@ -290,6 +307,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	poll := time.NewTicker(a.opts.Poll)
 	defer poll.Stop()
+	a.settle = time.NewTimer(time.Hour)
+	a.settle.Stop()
+	defer a.settle.Stop()
 	reconcile := time.NewTimer(0)
 	defer reconcile.Stop()
 	a.git.fetch()
@@ -311,6 +331,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-reconcile.C:
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
+		case <-a.rec.Wake():
+			// An instance operation ended: record it and report it now.
+			a.pass(ctx)
+			reconcile.Reset(a.opts.Reconcile)
+		case <-a.settle.C:
+			a.publish(ctx, a.opts.Now())
 		case req := <-a.requests:
 			req.handle(ctx, a)
 		}
@@ -527,6 +553,10 @@ func (a *Agent) pass(ctx context.Context) {
 		return
 	}
 	defer a.health.ready.Store(true)
+	// What the instance operations that ended did goes into the report the
+	// plan is made with: a rollout releases the next replica as soon as
+	// the previous one runs.
+	a.rec.Collect()
 	now := a.opts.Now()
 	// This node knows how the others fare as of its last successful fetch:
 	// it judges them at that time, so that nobody looks dead for lack of
@@ -571,6 +601,8 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
 	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
+	a.metrics.InstanceOperations.Set(float64(res.InFlight))
+	a.inFlight = res.InFlight
 	if w := waitingText(res.Waiting); w != a.waiting {
 		a.waiting = w
 		if w != "" {
@@ -712,8 +744,19 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	return r
 }
 
+// opSettle is how long a report that changed while instance operations
+// are in flight waits for them before it is published anyway.
+const opSettle = time.Second
+
 // publish hands the report to the publisher when its content changed or
 // the report interval passed; the push never blocks the loop.
+//
+// A change made while instance operations are in flight (instances
+// starting, a new commit whose work is under way) waits up to opSettle
+// for them to end: most end sooner, and the report that says how they
+// ended is then the only push, rather than one push (and a fetch on every
+// peer) for the work begun and another for the work done. Operations that
+// last longer (a jail creation) are published as under way after opSettle.
 func (a *Agent) publish(ctx context.Context, now time.Time) {
 	r := a.ownReport(ctx, now)
 	if a.plan != nil {
@@ -727,9 +770,23 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	if interval == 0 {
 		interval = time.Duration(render.DefaultReportInterval)
 	}
-	if content == a.lastPublish.content && now.Sub(a.lastPublish.at) < interval {
+	due := now.Sub(a.lastPublish.at) >= interval
+	if content == a.lastPublish.content && !due {
+		a.heldSince = time.Time{}
 		return
 	}
+	if a.inFlight > 0 && !due {
+		// Real time, as the timer's, whatever the injected clock.
+		if a.heldSince.IsZero() {
+			a.heldSince = time.Now()
+		}
+		if wait := time.Until(a.heldSince.Add(opSettle)); wait > 0 {
+			a.settle.Reset(wait)
+			return
+		}
+	}
+	a.heldSince = time.Time{}
+	a.settle.Stop()
 	a.lastPublish.content, a.lastPublish.at = content, now
 	prefix := a.cluster.ReportRefPrefix
 	if prefix == "" {
@@ -741,9 +798,11 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 
 // loopStallLimit is how long the loop may go without a pass before
 // /healthz fails, and before the publisher stops refreshing this node's
-// report: a stuck agent stops looking alive.
+// report: a stuck agent stops looking alive. A pass never waits for an
+// instance operation (a stop's grace included), only for the driver's
+// listing of what runs and the network calls, each bounded by a minute.
 func (a *Agent) loopStallLimit() time.Duration {
-	return 3*a.opts.Reconcile + a.opts.StopGrace + time.Minute
+	return 3*a.opts.Reconcile + time.Minute
 }
 
 func (a *Agent) updateInstanceMetrics(m *render.Model) {

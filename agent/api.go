@@ -38,6 +38,10 @@ type Status struct {
 	GitError  string        `json:"gitError,omitempty"`
 	LastFetch time.Time     `json:"lastFetch,omitzero"`
 	Suspended bool          `json:"suspended"`
+	// Operations are the instance operations in flight (started, and
+	// their outcome not yet recorded): while there are any, the report
+	// does not show where the node is going, only where it is.
+	Operations int `json:"operations"`
 }
 
 // VolumeInfo is one volume of keel volume list.
@@ -50,7 +54,8 @@ func (req request) handle(ctx context.Context, a *Agent) {
 	switch req.kind {
 	case "status":
 		st := Status{Report: a.ownReport(ctx, a.opts.Now()), Applied: a.appliedCommit(), Newest: a.tip,
-			GitOK: a.gitOK, GitError: a.gitErr, LastFetch: a.lastFetchOK, Suspended: a.cluster.Suspend}
+			GitOK: a.gitOK, GitError: a.gitErr, LastFetch: a.lastFetchOK, Suspended: a.cluster.Suspend,
+			Operations: a.rec.InFlight()}
 		st.Report.APIVersion, st.Report.Kind = render.APIVersion, report.Kind
 		if a.plan != nil {
 			st.Report.PlanID = a.plan.PlanID

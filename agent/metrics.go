@@ -15,14 +15,16 @@ type Metrics struct {
 	ReconcileDuration prometheus.Histogram
 	ReconcileErrors   prometheus.Counter
 	InstancesWaiting  prometheus.Gauge
-	Instances         *prometheus.GaugeVec
-	InstanceInfo      *prometheus.GaugeVec
-	InstanceRestarts  *prometheus.CounterVec
-	NodesAlive        prometheus.Gauge
-	ReportPushErrors  prometheus.Counter
-	ReportPushes      prometheus.Counter
-	Plan              *prometheus.GaugeVec
-	NodeProblems      *prometheus.GaugeVec
+	// InstanceOperations are the instance operations in flight.
+	InstanceOperations prometheus.Gauge
+	Instances          *prometheus.GaugeVec
+	InstanceInfo       *prometheus.GaugeVec
+	InstanceRestarts   *prometheus.CounterVec
+	NodesAlive         prometheus.Gauge
+	ReportPushErrors   prometheus.Counter
+	ReportPushes       prometheus.Counter
+	Plan               *prometheus.GaugeVec
+	NodeProblems       *prometheus.GaugeVec
 }
 
 // NewMetrics registers the agent's metrics, and the Go and process
@@ -55,6 +57,9 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		InstancesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "keel_instances_waiting", Help: "Stateful instances placed on this node that wait for another node's report to list them stopped (break before make).",
 		}),
+		InstanceOperations: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keel_instance_operations", Help: "Instance operations (volumes, start, stop, destroy, limits) running, off the loop, when the last reconcile pass ended.",
+		}),
 		Instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "keel_instances", Help: "Instances this node holds, by state.",
 		}, []string{"state"}),
@@ -81,7 +86,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		}, []string{"check"}),
 	}
 	reg.MustRegister(m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
-		m.ReconcileDuration, m.ReconcileErrors, m.InstancesWaiting, m.Instances, m.InstanceInfo, m.InstanceRestarts,
+		m.ReconcileDuration, m.ReconcileErrors, m.InstancesWaiting, m.InstanceOperations, m.Instances, m.InstanceInfo, m.InstanceRestarts,
 		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"fetch", "read", "publish"} {

@@ -62,6 +62,7 @@ stops the agent cleanly. See docs/agent.md.`,
 	logLevel := f.String("log-level", "info", "log level: debug, info, warn or error")
 	reconcile := f.Duration("reconcile-interval", 5*time.Second, "time between reconcile passes")
 	stopGrace := f.Duration("stop-grace", 10*time.Second, "how long an instance has to stop before it is killed")
+	maxParallelOps := f.Int("max-parallel-ops", nodeexec.DefaultMaxParallel, "instance operations (create, start, stop, destroy) that run at once, off the agent's loop")
 	noWatch := f.Bool("no-watch", false, "do not watch a local repository for changes (poll only)")
 	verify := f.Bool("verify-signatures", false, "apply only commits signed by a key of --allowed-signers that descend from the last applied commit")
 	allowedSigners := f.String("allowed-signers", "", "OpenSSH allowed_signers file of the keys that may sign deployable commits (with --verify-signatures)")
@@ -97,6 +98,9 @@ stops the agent cleanly. See docs/agent.md.`,
 		proxyLim := proxy.Limits{MaxConnsPerService: *proxyPerService, MaxConns: *proxyMax, IdleTimeout: *proxyIdle}
 		if err := checkLimits(metricsLim, webhookLim, proxyLim); err != nil {
 			return err
+		}
+		if *maxParallelOps < 1 {
+			return fmt.Errorf("--max-parallel-ops: %d: at least one operation must be able to run", *maxParallelOps)
 		}
 		// Clients of the listeners may never take the descriptors the
 		// reconciler, git and the instances need.
@@ -162,7 +166,7 @@ stops the agent cleanly. See docs/agent.md.`,
 			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
 			Remote: remote,
 			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch, Trust: trust, ReportSigner: reportSigner,
-			ProxyLimits: proxyLim,
+			ProxyLimits: proxyLim, MaxParallelOps: *maxParallelOps,
 		})
 		if err != nil {
 			return err

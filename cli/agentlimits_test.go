@@ -19,3 +19,12 @@ func TestAgentRefusesLimitsOverTheFDLimit(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want a refusal of a zero limit", code, stderr)
 	}
 }
+
+// --max-parallel-ops must let at least one instance operation run.
+func TestAgentRefusesNoParallelOps(t *testing.T) {
+	base := []string{"agent", "--repo", t.TempDir(), "--node", "n1", "--state-dir", t.TempDir(), "--driver", "fake"}
+	code, _, stderr := keel(t, append(base, "--max-parallel-ops", "0")...)
+	if code == 0 || !strings.Contains(stderr, "--max-parallel-ops") {
+		t.Fatalf("exit %d, stderr %q; want a refusal of --max-parallel-ops 0", code, stderr)
+	}
+}

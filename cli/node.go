@@ -106,6 +106,9 @@ func (e *env) nodeCommand() *cobra.Command {
 		for _, p := range r.Problems {
 			fmt.Fprintf(e.stdout, "HOST PROBLEM %s: %s; fix: %s\n", p.Check, p.Problem, p.Fix)
 		}
+		if st.Operations > 0 {
+			fmt.Fprintf(e.stdout, "%d instance operations in flight\n", st.Operations)
+		}
 		fmt.Fprintf(e.stdout, "\n%-24s %-10s %-16s %-8s %s\n", "INSTANCE", "STATE", "ADDRESS", "RESTARTS", "ERROR")
 		for _, in := range r.Instances {
 			fmt.Fprintf(e.stdout, "%-24s %-10s %-16s %-8d %s\n", in.Name, in.State, addrString(in.Address.String()), in.Restarts, in.Error)

@@ -411,9 +411,10 @@ func (c *Cluster) Tip() (string, error) { return c.git(c.Bare, "rev-parse", "mai
 // Model renders the work tree's specs.
 func (c *Cluster) Model() (*render.Model, error) { return render.Render(os.DirFS(c.Work)) }
 
-// Converged reports whether every agent runs the tip commit and the
-// cluster runs exactly its instances: each on one alive node, running its
-// current spec. The string says what is missing.
+// Converged reports whether every agent runs the tip commit, with no
+// instance operation in flight, and the cluster runs exactly its
+// instances: each on one alive node, running its current spec. The string
+// says what is missing.
 func (c *Cluster) Converged(ctx context.Context) (bool, string) {
 	tip, err := c.Tip()
 	if err != nil {
@@ -434,6 +435,10 @@ func (c *Cluster) Converged(ctx context.Context) (bool, string) {
 		}
 		if st.Applied != tip {
 			return false, fmt.Sprintf("%s applied %.10s, not the tip %.10s", node, st.Applied, tip)
+		}
+		if st.Operations > 0 {
+			// An instance being stopped is still reported as it was.
+			return false, fmt.Sprintf("%s has %d instance operations in flight", node, st.Operations)
 		}
 		for _, in := range st.Report.Instances {
 			inst := m.Instance(in.Name)

@@ -60,7 +60,11 @@ var ErrNotFound = errors.New("not found")
 var ErrBusy = errors.New("in use")
 
 // Instances runs jails (or their stand-ins). Implementations are safe for
-// concurrent use; the reconciler calls them from one goroutine.
+// concurrent use. The reconciler calls Running and Exited from its owner's
+// goroutine, and the operations on instances (Start, Stop, Destroy, Apply,
+// with EnsureVolume) from goroutines of its own, one per instance at a
+// time: calls for different instances overlap each other and Running,
+// never two for the same instance (drivertest checks the overlap).
 type Instances interface {
 	// Running lists the instances that run now, found from the system
 	// itself (jls, /proc) and not from any file of the agent's, so that

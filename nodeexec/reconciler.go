@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
+	gosync "sync"
 	"time"
 
 	"github.com/keel-dev/keel/planner"
@@ -23,18 +25,26 @@ const (
 	resetAfter = time.Minute
 )
 
+// DefaultMaxParallel is how many instance operations run at once when
+// Config.MaxParallel is zero.
+const DefaultMaxParallel = 4
+
 // Config configures a Reconciler.
 type Config struct {
 	Node     string
 	Driver   Driver
 	StateDir string
 	Logger   *slog.Logger
-	// Now is the clock; time.Now when nil.
+	// Now is the clock; time.Now when nil. Only the owner's goroutine
+	// (see Reconciler) reads it.
 	Now func() time.Time
 	// StopGrace is how long an instance has to stop before it is killed.
 	StopGrace time.Duration
-	// OpTimeout bounds each driver operation.
+	// OpTimeout bounds each driver call.
 	OpTimeout time.Duration
+	// MaxParallel bounds the instance operations in flight on the node
+	// (DefaultMaxParallel when zero); one instance never has more than one.
+	MaxParallel int
 }
 
 // Desired is this node's view of what should run: the model of the last
@@ -45,8 +55,8 @@ type Desired struct {
 	Plan    *planner.Plan
 	Reports []report.Report
 	// Frozen (the cluster's suspend) keeps the node as it is: exits are
-	// still observed and recorded, but nothing is started, stopped or
-	// changed.
+	// still observed and recorded, and operations already in flight
+	// finish, but nothing is started, stopped or changed.
 	Frozen bool
 	// Leaving (the node is no longer in the inventory) releases every
 	// instance, including those that can be placed nowhere else: a node
@@ -54,7 +64,9 @@ type Desired struct {
 	Leaving bool
 }
 
-// Result sums up a pass.
+// Result sums up a pass. The counts and Errors are those of the operations
+// that finished since the previous pass (a pass only starts operations; the
+// next one that runs after an operation ended counts what it did).
 type Result struct {
 	Created, Restarted, Replaced, Stopped, Removed int
 	// Errors are per-instance problems; one broken instance never stops
@@ -63,14 +75,40 @@ type Result struct {
 	// Waiting are the instances placed here that wait for another node
 	// (ErrWaiting), with what they wait for.
 	Waiting map[string]error
+	// InFlight is how many operations run when the pass returns.
+	InFlight int
 }
 
-// Reconciler makes the node match its share of the plan. It is not safe for
-// concurrent use: one goroutine (the agent's loop) owns it.
+// Reconciler makes the node match its share of the plan.
+//
+// One goroutine owns it (the agent's loop): only that goroutine calls Pass,
+// Status, Instances, DeleteVolume and Close, and the state is only ever read
+// or written on it, so the state needs no lock. The slow work, an
+// operation per instance (its volumes, start, stop, destroy, limits), runs
+// on goroutines the Reconciler owns: at most one per instance, at most
+// Config.MaxParallel in all. An operation calls the driver only; it never
+// touches the state. When it ends it hands its outcome back (under mu) and
+// signals Wake, and the next pass folds the outcome into the state and
+// saves it. Close cancels the operations in flight and waits for them.
 type Reconciler struct {
-	cfg   Config
-	state *State
-	log   *slog.Logger
+	cfg Config
+	log *slog.Logger
+
+	// Owned by the owner's goroutine.
+	state   *State
+	ops     map[string]*operation // started and not folded yet, by instance
+	held    map[string]retry      // instances whose last operation failed
+	folded  Result                // what was folded since the last Pass returned
+	unsaved bool                  // an outcome was folded since the state was saved
+	closed  bool
+
+	ctx    context.Context // the operations'; Close cancels it
+	cancel context.CancelFunc
+	wg     gosync.WaitGroup // one per operation goroutine
+	wake   chan struct{}    // one slot: an outcome is waiting to be folded
+
+	mu   gosync.Mutex
+	done []*operation // ended and not folded yet; at most MaxParallel
 }
 
 // NewReconciler loads the state from the state directory. Instances that
@@ -85,6 +123,9 @@ func NewReconciler(cfg Config) (*Reconciler, error) {
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = time.Minute
 	}
+	if cfg.MaxParallel <= 0 {
+		cfg.MaxParallel = DefaultMaxParallel
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -92,28 +133,88 @@ func NewReconciler(cfg Config) (*Reconciler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reconciler{cfg: cfg, state: st, log: cfg.Logger}, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Reconciler{
+		cfg: cfg, state: st, log: cfg.Logger, ops: map[string]*operation{}, held: map[string]retry{},
+		folded: newResult(), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
+	}, nil
 }
 
-func (r *Reconciler) op() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), r.cfg.OpTimeout)
+// ErrClosed is returned by Pass after Close.
+var ErrClosed = errors.New("reconciler closed")
+
+// op bounds one driver call.
+func (r *Reconciler) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.cfg.OpTimeout)
 }
 
-// Pass runs one reconcile pass against d and saves the state.
+// InFlight returns how many operations were started and not yet folded
+// into the state.
+func (r *Reconciler) InFlight() int { return len(r.ops) }
+
+// Wake receives a value when an operation has ended: the owner should run a
+// pass soon, to fold its outcome into the state and report it. Bursts
+// collapse into one value.
+func (r *Reconciler) Wake() <-chan struct{} { return r.wake }
+
+func newResult() Result { return Result{Errors: map[string]error{}, Waiting: map[string]error{}} }
+
+// Collect folds the outcomes of the operations that have ended into the
+// state, so that what Status and Instances show next (the report a pass is
+// planned with) includes them. Pass collects too; the next Pass saves the
+// state and returns what was folded.
+func (r *Reconciler) Collect() {
+	r.collect(r.cfg.Now())
+}
+
+// Pass runs one reconcile pass against d: it folds the outcomes of the
+// operations that ended into the state, reads what runs from the driver,
+// starts the operations the node needs on free workers, saves the state and
+// returns. It never waits for an operation.
 func (r *Reconciler) Pass(ctx context.Context, d Desired) (Result, error) {
-	res := Result{Errors: map[string]error{}, Waiting: map[string]error{}}
-	opCtx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+	if r.closed {
+		return newResult(), ErrClosed
+	}
+	now := r.cfg.Now()
+	r.collect(now)
+	res := r.folded
+	r.folded = newResult()
+	opCtx, cancel := r.op(ctx)
 	running, err := r.cfg.Driver.Running(opCtx)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("list instances: %w", err)
+		res.InFlight = len(r.ops)
+		err = fmt.Errorf("list instances: %w", err)
+		if r.unsaved {
+			err = errors.Join(err, r.save())
+		}
+		return res, err
 	}
-	now := r.cfg.Now()
 	r.observe(running, now)
-	if d.Frozen {
-		return res, r.state.Save(r.cfg.StateDir)
+	if !d.Frozen {
+		r.decide(d, running, now, &res)
 	}
+	res.InFlight = len(r.ops)
+	if r.unsaved {
+		CrashPoint(CrashBeforeStateWrite)
+	}
+	return res, r.save()
+}
 
+func (r *Reconciler) save() error {
+	if err := r.state.Save(r.cfg.StateDir); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	r.unsaved = false
+	return nil
+}
+
+// decide starts an operation for each instance that needs one and has
+// none in flight, while workers are free. Releases come first: another
+// node may wait for one (break before make), and they free what new
+// instances need. Instances left for lack of a worker are decided again at
+// a later pass (an operation that ends wakes the owner).
+func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time, res *Result) {
 	mine := map[string]planner.Placement{}
 	elsewhere := map[string]planner.Placement{}
 	for _, pl := range d.Plan.Placements {
@@ -123,52 +224,51 @@ func (r *Reconciler) Pass(ctx context.Context, d Desired) (Result, error) {
 			elsewhere[pl.Instance] = pl
 		}
 	}
-	// Instances this node should run.
-	for _, name := range slices.Sorted(mapKeys(mine)) {
-		if ctx.Err() != nil {
-			break
-		}
-		pl := mine[name]
-		inst := d.Model.Instance(name)
-		if inst == nil {
-			continue
-		}
-		err := r.ensure(ctx, d, inst, pl, running, now, &res)
-		if errors.Is(err, ErrWaiting) {
-			res.Waiting[name] = err
-			continue
-		}
-		if err != nil {
-			res.Errors[name] = err
-			if st := r.state.Instances[name]; st != nil {
-				st.Error = err.Error()
-			}
-			r.log.Warn("instance", "instance", name, "err", err)
-		}
-	}
+	maps.DeleteFunc(r.held, func(name string, _ retry) bool {
+		_, placed := mine[name]
+		return !placed && r.state.Instances[name] == nil // gone for good
+	})
 	// Instances this node holds but should not run.
-	for _, name := range slices.Sorted(mapKeys(r.state.Instances)) {
-		if _, ok := mine[name]; ok || ctx.Err() != nil {
+	for _, name := range slices.Sorted(maps.Keys(r.state.Instances)) {
+		if _, ok := mine[name]; ok || r.busy(name, now) {
 			continue
 		}
-		if err := r.release(ctx, d, name, elsewhere, running, &res); err != nil {
-			res.Errors[name] = err
-			r.state.Instances[name].Error = err.Error()
-			r.log.Warn("instance", "instance", name, "err", err)
+		if o := r.release(d, name, elsewhere, running); o != nil {
+			r.dispatch(o)
 		}
 	}
-	CrashPoint(CrashBeforeStateWrite)
-	if err := r.state.Save(r.cfg.StateDir); err != nil {
-		return res, fmt.Errorf("save state: %w", err)
+	// Instances this node should run.
+	for _, name := range slices.Sorted(maps.Keys(mine)) {
+		inst := d.Model.Instance(name)
+		if inst == nil || r.busy(name, now) {
+			continue
+		}
+		o, err := r.ensure(inst, mine[name], running, now)
+		if err != nil {
+			res.Waiting[name] = err // ensure only ever waits
+			continue
+		}
+		if o != nil {
+			r.dispatch(o)
+		}
 	}
-	return res, nil
+}
+
+// busy reports whether an instance's operation is in flight, or its last
+// one failed less than its retry delay ago.
+func (r *Reconciler) busy(name string, now time.Time) bool {
+	return r.ops[name] != nil || now.Before(r.held[name].at)
 }
 
 // observe folds what the driver says runs into the state: processes an
 // earlier run started are adopted, and instances that were running and are
-// gone are marked as exited.
+// gone are marked as exited. An instance with an operation in flight is
+// left to its operation, whose outcome says what became of it.
 func (r *Reconciler) observe(running map[string]Process, now time.Time) {
 	for name, p := range running {
+		if r.ops[name] != nil {
+			continue
+		}
 		st := r.state.Instances[name]
 		if st == nil {
 			// Started by an earlier run that crashed before saving its state.
@@ -188,7 +288,7 @@ func (r *Reconciler) observe(running map[string]Process, now time.Time) {
 		st.State = report.StateRunning
 	}
 	for name, st := range r.state.Instances {
-		if _, ok := running[name]; ok || st.State != report.StateRunning {
+		if _, ok := running[name]; ok || st.State != report.StateRunning || r.ops[name] != nil {
 			continue
 		}
 		exit, known := r.cfg.Driver.Exited(name)
@@ -245,82 +345,81 @@ func restartable(policy string, e Exit) bool {
 	}
 }
 
-// ensure makes one instance placed on this node run its current spec.
-func (r *Reconciler) ensure(ctx context.Context, d Desired, inst *render.Instance, pl planner.Placement, running map[string]Process, now time.Time, res *Result) error {
+// ensure decides what an instance placed on this node needs to run its
+// current spec, and returns the operation that does it: nil when it needs
+// nothing, or an error wrapping ErrWaiting when it must wait for another
+// node. It changes the state only when no driver call is needed.
+func (r *Reconciler) ensure(inst *render.Instance, pl planner.Placement, running map[string]Process, now time.Time) (*operation, error) {
 	st := r.state.Instances[inst.Name]
 	_, isRunning := running[inst.Name]
-	spec := r.specFor(d, inst, pl)
+	o := &operation{
+		name: inst.Name, gen: pl.Generation, volumes: inst.Spec.Volumes,
+		spec: InstanceSpec{
+			Name: inst.Name, Service: inst.Service, Node: r.cfg.Node, Address: pl.Address,
+			Spec: inst.Spec, SpecHash: inst.SpecHash,
+		},
+	}
 	if isRunning {
 		switch render.ClassifyHashChange(st.SpecHash, inst.SpecHash) {
-		case "":
-			return r.applyLive(ctx, st, inst, spec)
-		case render.ChangeLive:
-			if err := r.applyLive(ctx, st, inst, spec); err != nil {
-				return err
+		case "", render.ChangeLive:
+			if st.Spec.Resources == inst.Spec.Resources {
+				st.Spec.RestartPolicy = inst.Spec.RestartPolicy
+				st.SpecHash = inst.SpecHash
+				st.Error = ""
+				return nil, nil
 			}
-			st.SpecHash = inst.SpecHash
-			return nil
+			o.why = whyApply
+			return o, nil
 		case render.ChangeRestart:
 			if !pl.Released {
-				return nil // the rollout will release it
+				return nil, nil // the rollout will release it
 			}
-			if err := r.stop(ctx, inst.Name); err != nil {
-				return err
-			}
-			res.Restarted++
+			o.why, o.stop = whyRestart, true
 		case render.ChangeReplace:
 			if !pl.Released {
-				return nil
+				return nil, nil
 			}
-			if err := r.stop(ctx, inst.Name); err != nil {
-				return err
-			}
-			opCtx, cancel := r.op()
-			err := r.cfg.Driver.Destroy(opCtx, inst.Name)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("destroy for replace: %w", err)
-			}
-			res.Replaced++
+			o.why, o.stop, o.destroy = whyReplace, true, true
 		}
-		return r.start(ctx, inst, spec, st, pl.Generation, now, res, startUpdate)
+		o.start, o.kind = true, startUpdate
+		return o, nil
 	}
 	if st != nil {
 		switch st.State {
 		case report.StateFailed, report.StateStopped:
 			if st.SpecHash == inst.SpecHash {
-				return nil // finished for good under this spec; a new spec runs again
+				return nil, nil // finished for good under this spec; a new spec runs again
 			}
 		case report.StateCrashLoop:
 			if now.Before(st.NextRestart) && st.SpecHash == inst.SpecHash {
-				return nil // backing off
+				return nil, nil // backing off
 			}
-		}
-	}
-	// A replace-class change to an instance that is not running (crashed,
-	// failed, stopped) still needs a fresh root.
-	if st != nil && st.SpecHash != "" && render.ClassifyHashChange(st.SpecHash, inst.SpecHash) == render.ChangeReplace {
-		opCtx, cancel := r.op()
-		err := r.cfg.Driver.Destroy(opCtx, inst.Name)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("destroy for replace: %w", err)
 		}
 	}
 	// Break before make: a stateful instance starts here only once no
 	// other node's report lists it as anything but stopped (the planner
 	// names those nodes, alive or not).
 	if len(pl.WaitsFor) > 0 {
-		return fmt.Errorf("%w for %s to report it stopped before starting it here", ErrWaiting, strings.Join(pl.WaitsFor, ", "))
+		return nil, fmt.Errorf("%w for %s to report it stopped before starting it here", ErrWaiting, strings.Join(pl.WaitsFor, ", "))
 	}
-	kind := startFresh
-	if st != nil && st.LastExit != nil && st.SpecHash == inst.SpecHash {
-		kind = startCrash
-	} else if st != nil {
-		kind = startUpdate
-		res.Restarted++
+	o.why, o.start = whyStart, true
+	// A replace-class change to an instance that is not running (crashed,
+	// failed, stopped) still needs a fresh root.
+	if st != nil && st.SpecHash != "" && render.ClassifyHashChange(st.SpecHash, inst.SpecHash) == render.ChangeReplace {
+		o.destroy = true
 	}
-	return r.start(ctx, inst, spec, st, pl.Generation, now, res, kind)
+	switch {
+	case st == nil:
+		o.kind = startFresh
+	case st.SpecHash != inst.SpecHash:
+		o.kind = startUpdate
+		o.counts.Restarted++
+	case st.LastExit != nil:
+		o.kind = startCrash
+	default:
+		o.kind = startFresh // its starts under this spec all failed so far
+	}
+	return o, nil
 }
 
 // Why an instance is started.
@@ -329,100 +428,13 @@ type startKind int
 const (
 	startFresh  startKind = iota // first start on this node
 	startCrash                   // after its process ended: a restart
-	startUpdate                  // with a new spec (counted by the caller)
+	startUpdate                  // with a new spec (counted when decided)
 )
 
-// specFor builds what the driver needs to run inst at its planned address.
-func (r *Reconciler) specFor(d Desired, inst *render.Instance, pl planner.Placement) InstanceSpec {
-	return InstanceSpec{
-		Name: inst.Name, Service: inst.Service, Node: r.cfg.Node, Address: pl.Address,
-		Spec: inst.Spec, SpecHash: inst.SpecHash,
-	}
-}
-
-func (r *Reconciler) applyLive(ctx context.Context, st *InstanceState, inst *render.Instance, spec InstanceSpec) error {
-	if st.Spec.Resources != inst.Spec.Resources {
-		opCtx, cancel := r.op()
-		err := r.cfg.Driver.Apply(opCtx, inst.Name, inst.Spec.Resources)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("apply resources: %w", err)
-		}
-	}
-	st.Spec.Resources = inst.Spec.Resources
-	st.Spec.RestartPolicy = inst.Spec.RestartPolicy
-	st.Error = ""
-	return nil
-}
-
-// start creates the volumes, then starts the instance, recording it.
-func (r *Reconciler) start(ctx context.Context, inst *render.Instance, spec InstanceSpec, st *InstanceState, gen int, now time.Time, res *Result, kind startKind) error {
-	spec.Volumes = map[string]string{}
-	for _, v := range inst.Spec.Volumes {
-		opCtx, cancel := r.op()
-		path, err := r.cfg.Driver.EnsureVolume(opCtx, v.Name, v.Size)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("volume %s: %w", v.Name, err)
-		}
-		spec.Volumes[v.Name] = path
-		CrashPoint(CrashAfterVolume)
-	}
-	if st == nil {
-		st = &InstanceState{}
-		r.state.Instances[inst.Name] = st
-	}
-	opCtx, cancel := r.op()
-	p, err := r.cfg.Driver.Start(opCtx, spec)
-	cancel()
-	if errors.Is(err, ErrAlreadyRunning) {
-		err = nil // found running: adopt it as it is
-	}
-	if err != nil {
-		st.State = report.StateCrashLoop
-		st.Backoff = nextBackoff(st.Backoff)
-		st.NextRestart = now.Add(st.Backoff)
-		return fmt.Errorf("start: %w", err)
-	}
-	CrashPoint(CrashAfterStart)
-	switch kind {
-	case startCrash:
-		st.Restarts++
-		res.Restarted++
-	case startFresh:
-		res.Created++
-	}
-	*st = InstanceState{
-		Service: inst.Service, Address: spec.Address.String(), SpecHash: inst.SpecHash, Spec: inst.Spec,
-		PID: p.PID, StartTime: p.StartTime, Started: now, State: report.StateRunning,
-		Restarts: st.Restarts, Backoff: st.Backoff, LastExit: st.LastExit, Generation: gen,
-	}
-	r.log.Info("started instance", "instance", inst.Name, "pid", p.PID, "address", spec.Address, "specHash", short(inst.SpecHash))
-	return nil
-}
-
-func short(h string) string {
-	if len(h) > 12 {
-		return h[:12]
-	}
-	return h
-}
-
-func (r *Reconciler) stop(ctx context.Context, name string) error {
-	opCtx, cancel := context.WithTimeout(ctx, r.cfg.StopGrace+r.cfg.OpTimeout)
-	defer cancel()
-	if err := r.cfg.Driver.Stop(opCtx, name, r.cfg.StopGrace); err != nil {
-		return fmt.Errorf("stop: %w", err)
-	}
-	if st := r.state.Instances[name]; st != nil {
-		st.PID, st.StartTime, st.State = 0, 0, report.StateStopped
-	}
-	return nil
-}
-
-// release handles an instance this node holds that its share of the plan
-// no longer has.
-func (r *Reconciler) release(ctx context.Context, d Desired, name string, elsewhere map[string]planner.Placement, running map[string]Process, res *Result) error {
+// release decides what to do with an instance this node holds that its
+// share of the plan no longer has: nil to keep it, or the operation that
+// stops and removes it.
+func (r *Reconciler) release(d Desired, name string, elsewhere map[string]planner.Placement, running map[string]Process) *operation {
 	_, isRunning := running[name]
 	inst := d.Model.Instance(name)
 	pl, placed := elsewhere[name]
@@ -441,22 +453,7 @@ func (r *Reconciler) release(ctx context.Context, d Desired, name string, elsewh
 		// Make before break: keep it until its new node reports it running.
 		return nil
 	}
-	if isRunning {
-		if err := r.stop(ctx, name); err != nil {
-			return err
-		}
-		res.Stopped++
-	}
-	opCtx, cancel := r.op()
-	err := r.cfg.Driver.Destroy(opCtx, name)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("destroy: %w", err)
-	}
-	delete(r.state.Instances, name)
-	res.Removed++
-	r.log.Info("removed instance", "instance", name, "reason", releaseReason(inst, placed, pl))
-	return nil
+	return &operation{name: name, why: whyRelease, stop: isRunning, destroy: true, reason: releaseReason(inst, placed, pl)}
 }
 
 func releaseReason(inst *render.Instance, placed bool, pl planner.Placement) string {
@@ -485,10 +482,12 @@ func runsOn(d Desired, name, node string) bool {
 }
 
 // DeleteVolume destroys a volume for good, refusing while an instance this
-// node holds mounts it.
+// node holds mounts it or is being started with it.
 func (r *Reconciler) DeleteVolume(ctx context.Context, name string) error {
-	for inst, st := range r.state.Instances {
-		if st.State != report.StateRunning {
+	shown := r.Instances()
+	for _, inst := range slices.Sorted(maps.Keys(shown)) {
+		st := shown[inst]
+		if st.State != report.StateRunning && st.State != report.StateStarting {
 			continue
 		}
 		for _, v := range st.Spec.Volumes {
@@ -497,23 +496,27 @@ func (r *Reconciler) DeleteVolume(ctx context.Context, name string) error {
 			}
 		}
 	}
-	opCtx, cancel := r.op()
+	opCtx, cancel := r.op(ctx)
 	defer cancel()
 	return r.cfg.Driver.DeleteVolume(opCtx, name)
 }
 
-// Status returns what the node holds, for its report.
+// Status returns what the node holds, for its report: every instance of
+// the state, and those an operation is starting (state starting, with the
+// address and spec hash it starts them with). An instance being stopped
+// keeps its state until its operation has ended.
 func (r *Reconciler) Status(ctx context.Context) ([]report.Instance, []report.Volume, error) {
+	shown := r.Instances()
 	var instances []report.Instance
-	for _, name := range slices.Sorted(mapKeys(r.state.Instances)) {
-		st := r.state.Instances[name]
+	for _, name := range slices.Sorted(maps.Keys(shown)) {
+		st := shown[name]
 		ri := report.Instance{Name: name, State: st.State, SpecHash: st.SpecHash, Restarts: st.Restarts, Error: st.Error, Generation: st.Generation}
 		if a, err := parseAddr(st.Address); err == nil {
 			ri.Address = a
 		}
 		instances = append(instances, ri)
 	}
-	opCtx, cancel := r.op()
+	opCtx, cancel := r.op(ctx)
 	defer cancel()
 	names, err := r.cfg.Driver.Volumes(opCtx)
 	if err != nil {
@@ -526,21 +529,23 @@ func (r *Reconciler) Status(ctx context.Context) ([]report.Instance, []report.Vo
 	return instances, volumes, nil
 }
 
-// Instances returns a copy of the state of every instance, for the local API.
+// Instances returns a copy of the state of every instance, as Status shows
+// it (an instance being started is starting), for the local API and the
+// metrics.
 func (r *Reconciler) Instances() map[string]InstanceState {
-	out := make(map[string]InstanceState, len(r.state.Instances))
+	out := make(map[string]InstanceState, len(r.state.Instances)+len(r.ops))
 	for k, v := range r.state.Instances {
 		out[k] = *v
 	}
-	return out
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
+	for name, o := range r.ops {
+		if !o.start {
+			continue
 		}
+		st := out[name]
+		st.State = report.StateStarting
+		st.Service, st.Address, st.SpecHash = o.spec.Service, o.spec.Address.String(), o.spec.SpecHash
+		st.Spec, st.Generation = o.spec.Spec, o.gen
+		out[name] = st
 	}
+	return out
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
+	gosync "sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -17,11 +19,24 @@ import (
 	"github.com/keel-dev/keel/report"
 )
 
-// clock is a settable test clock.
-type clock struct{ t time.Time }
+// clock is a settable test clock. The fake driver reads it from the
+// reconciler's operations, on their goroutines.
+type clock struct {
+	mu gosync.Mutex
+	t  time.Time
+}
 
-func (c *clock) now() time.Time          { return c.t }
-func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
 
 // world is one node (n1) of a two-node cluster, reconciled with the fake
 // driver; n2 is simulated through its report.
@@ -37,6 +52,10 @@ type world struct {
 	extra []report.Report // other reports, as they are (a ghost's, say)
 	model *render.Model
 	plan  *planner.Plan
+	// desired is what the last pass was given.
+	desired nodeexec.Desired
+	// maxParallel is the reconciler's bound (0: the default).
+	maxParallel int
 }
 
 const base = `apiVersion: keel/v1
@@ -66,12 +85,25 @@ func newWorld(t *testing.T, specs map[string]string) *world {
 	return w
 }
 
+// newReconciler starts the reconciler afresh (an agent restart), closing
+// the previous one.
 func (w *world) newReconciler() {
-	rec, err := nodeexec.NewReconciler(nodeexec.Config{Node: "n1", Driver: w.drv, StateDir: w.dir, Now: w.clk.now, StopGrace: time.Second})
+	w.t.Helper()
+	if w.rec != nil {
+		if err := w.rec.Close(); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	rec, err := nodeexec.NewReconciler(nodeexec.Config{Node: "n1", Driver: w.drv, StateDir: w.dir, Now: w.clk.now, StopGrace: time.Second, MaxParallel: w.maxParallel})
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	w.rec = rec
+	w.t.Cleanup(func() {
+		if err := rec.Close(); err != nil {
+			w.t.Error(err)
+		}
+	})
 }
 
 func (w *world) set(path, content string) {
@@ -83,8 +115,26 @@ func (w *world) set(path, content string) {
 }
 
 // pass plans as n1 would (with its own fresh report and n2's) and
-// reconciles once.
+// reconciles until no operation is in flight, as the agent's loop does
+// when woken by the operations that end; it returns the passes' results
+// summed up.
 func (w *world) pass() nodeexec.Result {
+	w.t.Helper()
+	res := w.passOnce()
+	for res.InFlight > 0 {
+		w.waitWake()
+		more, err := w.rec.Pass(context.Background(), w.desired)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		res = sum(res, more)
+	}
+	return res
+}
+
+// passOnce plans and runs one pass, which returns without waiting for the
+// operations it starts.
+func (w *world) passOnce() nodeexec.Result {
 	w.t.Helper()
 	m, err := render.Render(w.files)
 	if err != nil {
@@ -99,11 +149,35 @@ func (w *world) pass() nodeexec.Result {
 	w.n2.Time = w.clk.now().Add(-w.n2Age)
 	reports := append([]report.Report{own, w.n2}, w.extra...)
 	w.plan = planner.Compute(planner.Input{Model: m, Reports: reports, Now: w.clk.now()})
-	res, err := w.rec.Pass(context.Background(), nodeexec.Desired{Model: m, Plan: w.plan, Reports: reports})
+	w.desired = nodeexec.Desired{Model: m, Plan: w.plan, Reports: reports}
+	res, err := w.rec.Pass(context.Background(), w.desired)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	return res
+}
+
+// waitWake waits until the reconciler says an operation ended.
+func (w *world) waitWake() {
+	w.t.Helper()
+	select {
+	case <-w.rec.Wake():
+	case <-time.After(20 * time.Second):
+		w.t.Fatal("no operation ended within 20 s")
+	}
+}
+
+// sum adds b's counts, errors and waits to a's; InFlight is b's.
+func sum(a, b nodeexec.Result) nodeexec.Result {
+	a.Created += b.Created
+	a.Restarted += b.Restarted
+	a.Replaced += b.Replaced
+	a.Stopped += b.Stopped
+	a.Removed += b.Removed
+	maps.Copy(a.Errors, b.Errors)
+	a.Waiting = b.Waiting
+	a.InFlight = b.InFlight
+	return a
 }
 
 func (w *world) running() map[string]nodeexec.Process {
@@ -114,13 +188,15 @@ func (w *world) running() map[string]nodeexec.Process {
 	return r
 }
 
-func (w *world) placedOn(name string) string {
+func (w *world) placedOn(name string) string { return w.placement(name).Node }
+
+func (w *world) placement(name string) planner.Placement {
 	for _, pl := range w.plan.Placements {
 		if pl.Instance == name {
-			return pl.Node
+			return pl
 		}
 	}
-	return ""
+	return planner.Placement{}
 }
 
 func jail(name, extra string) string {

@@ -58,6 +58,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) nodeexec.Driver) {
 	}{
 		{"StartListsInstanceWithSpecHash", testStartRunning},
 		{"StartIsNeverDuplicated", testStartTwice},
+		{"ConcurrentInstances", testConcurrentInstances},
 		{"StopGivesKnownExit", testStop},
 		{"ExitCodeIsReported", testExitCode},
 		{"StopKillsAfterGrace", testStopIgnoringTerm},
@@ -221,6 +222,94 @@ func testStartTwice(t *testing.T, d nodeexec.Driver) {
 	}
 	if got := running(t, d)["web-0"]; got != procs[0] {
 		t.Errorf("Running lists %+v, want %+v", got, procs[0])
+	}
+}
+
+// testConcurrentInstances runs the operations of several instances at once,
+// as the reconciler's workers do, while Running is called over and over,
+// as its passes do: each instance is started once, with the process Start
+// returned, none is taken for an adopted one (its exit stays known), and
+// two instances share a volume created by both at once.
+func testConcurrentInstances(t *testing.T, d nodeexec.Driver) {
+	const n = 6
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "web-" + string(rune('0'+i))
+		stopAtEnd(t, d, names[i])
+	}
+	var listed gosync.WaitGroup
+	stop := make(chan struct{})
+	listErr := make(chan error, 1)
+	listed.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := d.Running(t.Context()); err != nil {
+				listErr <- err
+				return
+			}
+		}
+	})
+	each := func(op func(i int) error) {
+		t.Helper()
+		var wg gosync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() { errs[i] = op(i) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("%s: %v", names[i], err)
+			}
+		}
+	}
+
+	procs := make([]nodeexec.Process, n)
+	each(func(i int) error {
+		s := spec(names[i], cmdSleep...)
+		path, err := d.EnsureVolume(t.Context(), "shared", 0)
+		if err != nil {
+			return err
+		}
+		s.Spec.Volumes = []render.Volume{{Name: "shared", MountPath: "/shared"}}
+		s.Volumes = map[string]string{"shared": path}
+		procs[i], err = d.Start(t.Context(), s)
+		return err
+	})
+	got := running(t, d)
+	for i, name := range names {
+		if got[name] != procs[i] {
+			t.Errorf("Running lists %s as %+v, Start returned %+v", name, got[name], procs[i])
+		}
+	}
+	if vols, err := d.Volumes(t.Context()); err != nil || !slices.Equal(vols, []string{"shared"}) {
+		t.Errorf("Volumes = %q, %v; want [shared]", vols, err)
+	}
+
+	each(func(i int) error {
+		if err := d.Stop(t.Context(), names[i], 10*time.Second); err != nil {
+			return err
+		}
+		return d.Destroy(t.Context(), names[i])
+	})
+	close(stop)
+	listed.Wait()
+	select {
+	case err := <-listErr:
+		t.Fatalf("Running: %v", err)
+	default:
+	}
+	if got := running(t, d); len(got) != 0 {
+		t.Errorf("still running after Stop: %v", got)
+	}
+	for _, name := range names {
+		if e := exited(t, d, name); !e.Known {
+			t.Errorf("Exited(%s) = %+v: the driver took its own child for an adopted process", name, e)
+		}
 	}
 }
 

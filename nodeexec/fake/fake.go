@@ -5,7 +5,9 @@
 // VIPs and routes recorded. Controls make happen what a real system would
 // do by itself: an instance crashing, a start failing, a command ignoring
 // SIGTERM, an agent restarting. It runs nothing, touches no file and never
-// waits: no time passes inside it except by its clock.
+// waits, except where a Hook makes an operation slow, as the commands of a
+// real driver are; it counts the operations inside it at once, per
+// instance and in all.
 package fake
 
 import (
@@ -48,7 +50,34 @@ type Driver struct {
 	problems  []nodeexec.HostProblem
 	checkErr  error
 	checks    int
+
+	hook     Hook
+	busy     int            // operations inside the driver now
+	maxBusy  int            // the most there ever were at once
+	active   map[string]int // instance operations inside the driver now, by instance
+	overlaps []string       // instances that had two operations inside at once
 }
+
+// Op names an operation of the driver, for a Hook.
+type Op string
+
+// The operations a Hook sees. Start, Stop, Destroy and Apply are
+// operations on an instance; EnsureVolume and DeleteVolume on a volume.
+const (
+	OpStart        Op = "start"
+	OpStop         Op = "stop"
+	OpDestroy      Op = "destroy"
+	OpApply        Op = "apply"
+	OpEnsureVolume Op = "ensure-volume"
+	OpDeleteVolume Op = "delete-volume"
+)
+
+// Hook is called at the beginning of each operation, with the operation's
+// context, before the operation checks or changes anything and without
+// the driver's lock: it stands for the time a real driver spends running
+// commands. It may block (it should return when ctx ends) and may fail the
+// operation, which then changes nothing and returns the hook's error.
+type Hook func(ctx context.Context, op Op, name string) error
 
 // instance is an instance's root, and its process when running.
 type instance struct {
@@ -79,7 +108,67 @@ func New() *Driver {
 		volumes:   map[string]bool{},
 		failNext:  map[string]error{},
 		capacity:  render.Resources{CPU: 4000, Memory: 8 << 30},
+		active:    map[string]int{},
 	}
+}
+
+// SetHook sets the hook called at the beginning of every operation (nil
+// for none).
+func (d *Driver) SetHook(h Hook) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.hook = h
+}
+
+// Busy returns how many operations are inside the driver now (in their
+// hook or past it), and the most there ever were at once.
+func (d *Driver) Busy() (now, most int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.busy, d.maxBusy
+}
+
+// Overlaps returns the instances on which two operations (Start, Stop,
+// Destroy, Apply) were inside the driver at once, once per overlap, in
+// order.
+func (d *Driver) Overlaps() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.overlaps)
+}
+
+// begin counts an operation in, runs the hook, and returns what counts it
+// out; on the hook's error the operation is already counted out.
+func (d *Driver) begin(ctx context.Context, op Op, name string) (end func(), err error) {
+	instanceOp := op != OpEnsureVolume && op != OpDeleteVolume
+	d.mu.Lock()
+	d.busy++
+	d.maxBusy = max(d.maxBusy, d.busy)
+	if instanceOp {
+		if d.active[name] > 0 {
+			d.overlaps = append(d.overlaps, name)
+		}
+		d.active[name]++
+	}
+	hook := d.hook
+	d.mu.Unlock()
+	end = func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.busy--
+		if instanceOp {
+			if d.active[name]--; d.active[name] == 0 {
+				delete(d.active, name)
+			}
+		}
+	}
+	if hook != nil {
+		if err := hook(ctx, op, name); err != nil {
+			end()
+			return nil, fmt.Errorf("%s %s: %w", op, name, err)
+		}
+	}
+	return end, nil
 }
 
 // Name implements nodeexec.Driver.
@@ -312,6 +401,11 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	if len(spec.Spec.Command) == 0 {
 		return nodeexec.Process{}, fmt.Errorf("start %s: no command", name)
 	}
+	end, err := d.begin(ctx, OpStart, name)
+	if err != nil {
+		return nodeexec.Process{}, err
+	}
+	defer end()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if in := d.instances[name]; in != nil && in.running {
@@ -354,6 +448,11 @@ func (d *Driver) Stop(ctx context.Context, name string, grace time.Duration) err
 	if err := checkName("instance", name); err != nil {
 		return err
 	}
+	end, err := d.begin(ctx, OpStop, name)
+	if err != nil {
+		return err
+	}
+	defer end()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	in := d.instances[name]
@@ -373,6 +472,11 @@ func (d *Driver) Destroy(ctx context.Context, name string) error {
 	if err := checkName("instance", name); err != nil {
 		return err
 	}
+	end, err := d.begin(ctx, OpDestroy, name)
+	if err != nil {
+		return err
+	}
+	defer end()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if in := d.instances[name]; in != nil && in.running {
@@ -389,6 +493,11 @@ func (d *Driver) Apply(ctx context.Context, name string, r render.Resources) err
 	if err := checkName("instance", name); err != nil {
 		return err
 	}
+	end, err := d.begin(ctx, OpApply, name)
+	if err != nil {
+		return err
+	}
+	defer end()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.limitsLocked(r); err != nil {
@@ -423,6 +532,11 @@ func (d *Driver) EnsureVolume(ctx context.Context, name string, size render.Byte
 	if err := checkName("volume", name); err != nil {
 		return "", err
 	}
+	end, err := d.begin(ctx, OpEnsureVolume, name)
+	if err != nil {
+		return "", err
+	}
+	defer end()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.volumes[name] = true
@@ -441,6 +555,11 @@ func (d *Driver) DeleteVolume(ctx context.Context, name string) error {
 	if err := checkName("volume", name); err != nil {
 		return err
 	}
+	end, err := d.begin(ctx, OpDeleteVolume, name)
+	if err != nil {
+		return err
+	}
+	defer end()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.volumes[name] {

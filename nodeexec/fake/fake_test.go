@@ -162,3 +162,70 @@ func TestHostProblems(t *testing.T) {
 		t.Errorf("Checks = %d, want 3", n)
 	}
 }
+
+// A hook makes operations slow or failing, and the driver counts the
+// operations inside it: in all, and two at once on one instance.
+func TestHook(t *testing.T) {
+	ctx := context.Background()
+	d := fake.New()
+	entered := make(chan fake.Op, 8)
+	release := make(chan struct{})
+	d.SetHook(func(ctx context.Context, op fake.Op, name string) error {
+		if name == "broken" {
+			return errors.New("no such dataset")
+		}
+		entered <- op
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+
+	// A failing hook fails the operation, which changes nothing.
+	if _, err := d.Start(ctx, spec("broken")); err == nil || d.Starts("broken") != 0 {
+		t.Fatalf("Start through a failing hook: %v, %d starts", err, d.Starts("broken"))
+	}
+	if now, _ := d.Busy(); now != 0 {
+		t.Fatalf("a failed operation is still counted: %d", now)
+	}
+
+	// A Start and a Stop of web-0 inside at once, and an EnsureVolume.
+	errs := make(chan error, 3)
+	go func() { _, err := d.Start(ctx, spec("web-0")); errs <- err }()
+	<-entered
+	go func() { errs <- d.Stop(ctx, "web-0", time.Second) }()
+	<-entered
+	go func() { _, err := d.EnsureVolume(ctx, "data", 0); errs <- err }()
+	<-entered
+	if now, most := d.Busy(); now != 3 || most != 3 {
+		t.Errorf("Busy = %d, %d; want 3, 3", now, most)
+	}
+	if r, _ := d.Running(ctx); len(r) != 0 {
+		t.Errorf("a Start still in its hook already runs: %v", r)
+	}
+	close(release)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if now, most := d.Busy(); now != 0 || most != 3 {
+		t.Errorf("Busy = %d, %d after they returned; want 0, 3", now, most)
+	}
+	if got := d.Overlaps(); !slices.Equal(got, []string{"web-0"}) {
+		t.Errorf("Overlaps = %v, want [web-0]", got)
+	}
+
+	// A hook that waits ends with the operation's context.
+	d.SetHook(func(ctx context.Context, op fake.Op, name string) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := d.Destroy(cctx, "web-0"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Destroy with a cancelled context: %v", err)
+	}
+}

@@ -89,13 +89,14 @@ func (d *Driver) running(ctx context.Context) (map[string]nodeexec.Process, erro
 		return nil, fmt.Errorf("running: %w", err)
 	}
 	out := map[string]nodeexec.Process{}
+	kids := map[string]bool{} // found as this driver's children
 	for _, name := range slices.Sorted(maps.Keys(jails)) {
 		procs, err := d.procs(ctx, jails[name])
 		if err != nil {
 			return nil, fmt.Errorf("running: %w", err)
 		}
 		if l := live(procs); len(l) > 0 {
-			out[name] = d.identify(name, l)
+			out[name], kids[name] = d.identify(name, l)
 		}
 	}
 	for name, c := range before {
@@ -123,27 +124,36 @@ func (d *Driver) running(ctx context.Context) (map[string]nodeexec.Process, erro
 		}
 	}
 	for name, p := range out {
-		if d.children[name] == nil {
-			d.adopted[name] = p
+		if d.children[name] != nil {
+			continue
 		}
+		if c, ok := before[name]; kids[name] || ok && c.proc.PID == p.PID {
+			// A child of this driver (when the scan began, or started
+			// while it ran) whose end was recorded (Stop, Destroy) while
+			// the scan ran: it is gone, and adopting it would overwrite
+			// its known exit as unknown once the next scan misses it.
+			delete(out, name)
+			continue
+		}
+		d.adopted[name] = p
 	}
 	return out, nil
 }
 
 // identify returns the identity of a running instance whose jail holds the
-// live processes l.
-func (d *Driver) identify(name string, l []psEntry) nodeexec.Process {
+// live processes l, and whether it is a child of this driver.
+func (d *Driver) identify(name string, l []psEntry) (nodeexec.Process, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c := d.children[name]; c != nil {
 		if c.exited() {
 			c.detached = true
 		}
-		return c.proc
+		return c.proc, true
 	}
 	r := d.records[name]
 	if r != nil && r.Leader != nil {
-		return nodeexec.Process{PID: r.Leader.PID, StartTime: uint64(r.Leader.Start), SpecHash: r.SpecHash, Started: time.Unix(r.Leader.Start, 0)}
+		return nodeexec.Process{PID: r.Leader.PID, StartTime: uint64(r.Leader.Start), SpecHash: r.SpecHash, Started: time.Unix(r.Leader.Start, 0)}, false
 	}
 	// A jail of Keel's with no record of its start: its oldest process.
 	oldest := slices.MinFunc(l, func(a, b psEntry) int {
@@ -156,7 +166,7 @@ func (d *Driver) identify(name string, l []psEntry) nodeexec.Process {
 	if r != nil {
 		p.SpecHash = r.SpecHash
 	}
-	return p
+	return p, false
 }
 
 // settleChild records the exit of a child whose jail no longer runs: it
@@ -297,7 +307,7 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
 	if len(l) > 0 {
-		p := d.identify(name, l)
+		p, _ := d.identify(name, l)
 		return p, fmt.Errorf("start %s: pid %d: %w", name, p.PID, nodeexec.ErrAlreadyRunning)
 	}
 	if err := d.settle(ctx, name); err != nil {

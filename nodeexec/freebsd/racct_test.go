@@ -3,6 +3,7 @@ package freebsd_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -33,6 +34,11 @@ func TestRacctOffRefusedByTheReconciler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := rec.Close(); err != nil {
+			t.Error(err)
+		}
+	})
 	m, err := render.Render(fstest.MapFS{
 		"cluster.yaml":  {Data: []byte("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\n")},
 		"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 192.0.2.1, capacity: {cpu: \"8\", memory: 8G}}\n")},
@@ -49,9 +55,25 @@ func TestRacctOffRefusedByTheReconciler(t *testing.T) {
 		}
 		own := report.Report{Node: "n1", Time: now, Instances: insts, Volumes: vols, Problems: problems}
 		plan := planner.Compute(planner.Input{Model: m, Reports: []report.Report{own}, Now: now})
-		res, err := rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: []report.Report{own}})
+		desired := nodeexec.Desired{Model: m, Plan: plan, Reports: []report.Report{own}}
+		res, err := rec.Pass(ctx, desired)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Operations run off the pass: pass again when they end, as the
+		// agent's loop does, until none is in flight.
+		for res.InFlight > 0 {
+			select {
+			case <-rec.Wake():
+			case <-time.After(20 * time.Second):
+				t.Fatal("no operation ended within 20 s")
+			}
+			more, err := rec.Pass(ctx, desired)
+			if err != nil {
+				t.Fatal(err)
+			}
+			maps.Copy(more.Errors, res.Errors)
+			res = more
 		}
 		insts, _, err = rec.Status(ctx)
 		if err != nil {

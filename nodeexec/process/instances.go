@@ -136,6 +136,17 @@ func (d *Driver) running(ctx context.Context) (map[string]found, error) {
 		if c, ok := d.children[name]; ok && c.proc.PID == f.proc.PID {
 			continue
 		}
+		if cur, ok := d.adopted[name]; !ok || cur != f.proc {
+			// Found by the scan, not a child now: an earlier agent's, or a
+			// child this driver started that exited and was reaped since
+			// the scan (its reaper drops it from children once it is
+			// gone): that one is not adopted, or its known exit would be
+			// overwritten as unknown once the next scan misses it.
+			if !isAlive(f.proc.PID, f.proc.StartTime) {
+				delete(all, name)
+				continue
+			}
+		}
 		d.adopted[name] = f.proc
 	}
 	return all, nil
