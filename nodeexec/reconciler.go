@@ -251,7 +251,11 @@ func (r *Reconciler) ensure(ctx context.Context, d Desired, inst *render.Instanc
 	_, isRunning := running[inst.Name]
 	spec := r.specFor(d, inst, pl)
 	if isRunning {
-		switch render.ClassifyHashChange(st.SpecHash, inst.SpecHash) {
+		class := render.ClassifyHashChange(st.SpecHash, inst.SpecHash)
+		if st.Address == "" && class != render.ChangeReplace {
+			adopted(st, inst, spec, pl, class)
+		}
+		switch class {
 		case "":
 			return r.applyLive(ctx, st, inst, spec)
 		case render.ChangeLive:
@@ -331,6 +335,20 @@ const (
 	startCrash                   // after its process ended: a restart
 	startUpdate                  // with a new spec (counted by the caller)
 )
+
+// adopted completes the state of an instance adopted with none saved (the
+// agent stopped between its start and the state's save): it runs at this
+// placement's address, with the image, network and volumes of inst, which
+// only a replace-class change would alter, and with all of inst's spec
+// when the hashes are equal.
+func adopted(st *InstanceState, inst *render.Instance, spec InstanceSpec, pl planner.Placement, class render.ChangeClass) {
+	st.Service, st.Address, st.Generation = inst.Service, spec.Address.String(), pl.Generation
+	if class == "" {
+		st.Spec = inst.Spec
+		return
+	}
+	st.Spec.Image, st.Spec.Network, st.Spec.Volumes = inst.Spec.Image, inst.Spec.Network, inst.Spec.Volumes
+}
 
 // specFor builds what the driver needs to run inst at its planned address.
 func (r *Reconciler) specFor(d Desired, inst *render.Instance, pl planner.Placement) InstanceSpec {
