@@ -68,19 +68,21 @@ func TestFreeBSDCluster(t *testing.T) {
 	// waits for it.
 	lost := storeNode
 	placed := c.placement()
-	var moving []string
+	m := c.model()
+	var moving, held []string
 	for name, node := range placed {
-		if node == lost && name != "store" && name != "db-0" {
+		switch {
+		case node != lost:
+		case m.Instance(name).Stateful:
+			held = append(held, name)
+		default:
 			moving = append(moving, name)
 		}
-	}
-	if placed["db-0"] == lost {
-		t.Logf("db-0 is held on %s too", lost)
 	}
 	if len(moving) == 0 {
 		t.Fatalf("node %s runs no stateless replica: %v", lost, placed)
 	}
-	t.Logf("losing node %s, with store and %v", lost, moving)
+	t.Logf("losing node %s, with %v held and %v to move", lost, held, moving)
 	lostPIDs := c.jailPIDs(lost)
 	c.killAgent(lost)
 	killHostWorkloads(t, c.hosts[lost])
@@ -103,11 +105,13 @@ func TestFreeBSDCluster(t *testing.T) {
 	c.checkHosts("node lost", survivors...)
 	sts := c.mustStatuses()
 	for n, st := range sts {
-		if ri := reported(st, "store"); ri != nil {
-			t.Errorf("node lost: %s reports store: %+v", n, ri)
+		for _, name := range held {
+			if ri := reported(st, name); ri != nil {
+				t.Errorf("node lost: %s reports %s, whose volume is on the lost node: %+v", n, name, ri)
+			}
 		}
 	}
-	c.checkGone("node lost", survivors, "store")
+	c.checkGone("node lost", survivors, held...)
 	dead, err := c.hostState(lost)
 	if err != nil {
 		t.Fatal(err)
@@ -126,8 +130,11 @@ func TestFreeBSDCluster(t *testing.T) {
 	c.converge("the lost node is back")
 	c.checkHosts("the lost node is back", all...)
 	c.checkGone("the lost node is back", []string{lost}, moving...)
-	if on := c.placement()["store"]; on != lost {
-		t.Errorf("store runs on %s, pinned to %s", on, lost)
+	back := c.placement()
+	for _, name := range held {
+		if back[name] != lost {
+			t.Errorf("%s runs on %s, pinned to %s", name, back[name], lost)
+		}
 	}
 }
 
@@ -145,6 +152,12 @@ func TestFreeBSDCrashPoints(t *testing.T) {
 	all := slices.Clone(c.Nodes)
 	c.converge("first commit")
 	c.checkHosts("first commit", all...)
+	// Data in store's volume (its dataset's directory on the host), which
+	// must survive every crash.
+	marker := filepath.Join(c.hosts[victim], fbsdPool, "keel", "volumes", "store-data", "marker")
+	if err := os.WriteFile(marker, []byte("before the crashes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	points := []string{nodeexec.CrashAfterVolume, nodeexec.CrashAfterStart, nodeexec.CrashBeforeStateWrite, nodeexec.CrashBeforeReportPush}
 	for i, point := range points {
@@ -209,5 +222,8 @@ func TestFreeBSDCrashPoints(t *testing.T) {
 		if t.Failed() {
 			t.Fatalf("%s: see above; instances at the crash %v, after %v", point, slices.Sorted(maps.Keys(atCrash)), slices.Sorted(maps.Keys(after)))
 		}
+	}
+	if b, err := os.ReadFile(marker); err != nil || string(b) != "before the crashes\n" {
+		t.Errorf("the marker in store's volume: %q, %v", b, err)
 	}
 }
