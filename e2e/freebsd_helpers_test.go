@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"os"
 	"context"
 	"fmt"
 	"net/netip"
@@ -89,7 +90,8 @@ func newFreeBSDCluster(t *testing.T, timeout time.Duration, opts localcluster.Op
 			killHostWorkloads(t, root)
 		}
 	})
-	return &fbsdCluster{cluster: newCluster(t, timeout, opts), hosts: hosts}
+	fc := &fbsdCluster{cluster: newCluster(t, timeout, opts), hosts: hosts}
+	return fc
 }
 
 // prepareFreeBSDHost makes root a FreeBSD host as the operator leaves it
@@ -194,8 +196,9 @@ func (c *fbsdCluster) checkHosts(what string, alive ...string) {
 //   - every Service VIP is a /32 alias on keel0;
 //   - the host routes are exactly one per alive peer: its /24 via its
 //     address, out of em0;
-//   - and fbsdsim's leak check finds nothing else (no stray jail, epair,
-//     clone, mount, alias, route or rctl rule).
+//   - fbsdsim's leak check finds nothing else (no stray jail, epair,
+//     clone, mount, alias, route or rctl rule);
+//   - and no agent logged a warning of fbsdWarnings.
 func (c *fbsdCluster) hostProblems(alive []string) []string {
 	m, err := c.Model()
 	if err != nil {
@@ -268,6 +271,43 @@ func (c *fbsdCluster) hostProblems(alive []string) []string {
 		}
 		for _, l := range host.LeaksExpect(fbsdsim.Expect{Jails: jails, VIPs: vips, Routes: routes}) {
 			bad("%s: leak: %s", node, l)
+		}
+	}
+	for _, node := range c.Nodes {
+		for _, l := range c.driverWarnings(node) {
+			bad("%s: the agent warned: %s", node, l)
+		}
+	}
+	return out
+}
+
+// fbsdWarnings are the warnings of an agent on the freebsd driver that
+// none of these tests may cause: a host prerequisite missing (the hosts
+// are prepared fully), a route or VIP the driver could not set, an
+// instance error, the driver's own warnings.
+var fbsdWarnings = []string{
+	`msg="host prerequisite"`, `msg=routes`, `msg="service addresses"`, `msg=instance `,
+	`msg="undoing a failed provision"`, `msg="reading the start time of a workload"`, `msg="recording a workload"`,
+	`msg="ignoring an unreadable instance record"`, `msg="reading kern.boottime`,
+}
+
+// driverWarnings returns the lines of node's agent log that carry one of
+// fbsdWarnings.
+func (c *fbsdCluster) driverWarnings(node string) []string {
+	b, err := os.ReadFile(filepath.Join(c.StateDir(node), "agent.log"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.Contains(line, "level=WARN") {
+			continue
+		}
+		for _, w := range fbsdWarnings {
+			if strings.Contains(line, w) {
+				out = append(out, line)
+				break
+			}
 		}
 	}
 	return out
