@@ -3,10 +3,10 @@
 package e2e
 
 import (
-	"os"
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
