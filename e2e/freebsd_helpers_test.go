@@ -193,6 +193,7 @@ func (c *fbsdCluster) checkHosts(what string, alive ...string) {
 //   - devfs on the root's /dev, each volume's dataset (with its quota)
 //     nullfs-mounted at its mountPath;
 //   - the jail's rctl rules are exactly those of its spec's resources;
+//   - the node reports exactly the volume datasets its host holds;
 //   - every Service VIP is a /32 alias on keel0;
 //   - the host routes are exactly one per alive peer: its /24 via its
 //     address, out of em0;
@@ -248,6 +249,20 @@ func (c *fbsdCluster) hostProblems(alive []string) []string {
 			if !j.Dying && strings.HasPrefix(name, "keel-") && !slices.Contains(jails, name) {
 				bad("%s: jail %s exists, but the agent reports no running %s", node, name, strings.TrimPrefix(name, "keel-"))
 			}
+		}
+		var reportedVols, hostVols []string
+		for _, v := range st.Report.Volumes {
+			reportedVols = append(reportedVols, v.Name)
+		}
+		for name := range host.Datasets {
+			if v, ok := strings.CutPrefix(name, fbsdPool+"/keel/volumes/"); ok && !strings.Contains(v, "/") {
+				hostVols = append(hostVols, v)
+			}
+		}
+		slices.Sort(reportedVols)
+		slices.Sort(hostVols)
+		if !slices.Equal(reportedVols, hostVols) {
+			bad("%s: reports the volumes %v, its host holds %v", node, reportedVols, hostVols)
 		}
 		bridge := host.Iface("", render.DefaultBridge)
 		for _, vip := range vips {
