@@ -35,10 +35,14 @@ import (
 // keelBin is the keel binary the agents run, built by TestMain (with the
 // race detector when the tests have it); demoBin is the one the workloads
 // run (keel demo-web), always without it, since they are not under test.
+// fbsdsimBin is the FreeBSD userland simulator's multi-call binary (the
+// freebsd driver's commands, TestFreeBSD*), built without the race
+// detector: it is not under test here, and runs once per command.
 // skipReason, when set, says why this machine cannot run the tests.
 var (
 	keelBin    string
 	demoBin    string
+	fbsdsimBin string
 	skipReason string
 )
 
@@ -66,11 +70,15 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	keelBin, demoBin = filepath.Join(dir, "keel"), filepath.Join(dir, "keel-demo")
+	fbsdsimBin = filepath.Join(dir, "fbsdsim")
 	err = build(keelBin, raceEnabled)
 	if err == nil && raceEnabled {
 		err = build(demoBin, false)
 	} else if err == nil {
 		err = os.Link(keelBin, demoBin)
+	}
+	if err == nil {
+		err = buildPackage(fbsdsimBin, false, "github.com/keel-dev/keel/nodeexec/freebsd/fbsdsim/cmd/fbsdsim")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -92,18 +100,23 @@ func TestMain(m *testing.M) {
 
 // build builds keel into out.
 func build(out string, race bool) error {
+	return buildPackage(out, race, "github.com/keel-dev/keel/cmd/keel")
+}
+
+// buildPackage builds the command pkg into out.
+func buildPackage(out string, race bool, pkg string) error {
 	// go test puts its own go first in PATH.
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		return fmt.Errorf("building keel: %w", err)
+		return fmt.Errorf("building %s: %w", pkg, err)
 	}
 	args := []string{"build", "-o", out}
 	if race {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command(goBin, append(args, "github.com/keel-dev/keel/cmd/keel")...)
+	cmd := exec.Command(goBin, append(args, pkg)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building keel: %w\n%s", err, b)
+		return fmt.Errorf("building %s: %w\n%s", pkg, err, b)
 	}
 	return nil
 }

@@ -1,7 +1,7 @@
 // Package localcluster runs a whole Keel cluster on one machine: a bare git
 // repository served by git's own binaries, and several keel agent processes
-// on the process driver, each with its own state directory, all on
-// loopback addresses. keel demo and the end-to-end tests are built on it.
+// on the process driver (or the one Options.Driver names), each with its
+// own state directory, all on loopback addresses. keel demo and the end-to-end tests are built on it.
 package localcluster
 
 import (
@@ -47,9 +47,16 @@ type Options struct {
 	Poll time.Duration
 	// Files are the workload specs to commit first, by path.
 	Files map[string]string
+	// Driver is the agents' --driver; empty means process. Teardown
+	// stops the instances of the process driver only: those of another
+	// driver are the caller's to stop.
+	Driver string
 	// AgentArgs are extra flags for every agent; NodeArgs for one.
 	AgentArgs []string
 	NodeArgs  map[string][]string
+	// NodeEnv are extra environment variables for one node's agent (a
+	// FreeBSD host's simulator, say), before those Start is given.
+	NodeEnv map[string][]string
 	// FDLimit, when set, is every agent's RLIMIT_NOFILE (soft and hard),
 	// set by sh's ulimit before the agent is executed.
 	FDLimit int
@@ -236,25 +243,12 @@ func (c *Cluster) Start(node string, env ...string) error {
 	if err := agent.ClearListenFiles(state); err != nil {
 		return err
 	}
-	repo := c.Bare
-	if c.RepoURL != "" {
-		repo = c.RepoURL
-	}
-	args := append([]string{"agent", "--repo", repo, "--node", node, "--state-dir", state,
-		"--poll", c.Poll.String(), "--metrics-listen", "127.0.0.1:0", "--reconcile-interval", "1s", "--stop-grace", "3s"}, c.AgentArgs...)
-	args = append(args, c.NodeArgs[node]...)
-	cmd := exec.Command(c.Keel, args...)
-	if c.FDLimit > 0 {
-		// The same process: sh executes the agent in its place.
-		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, c.FDLimit), c.Keel}, args...)...)
-	}
+	cmd := c.agentCommand(node, env)
 	logf, err := os.OpenFile(filepath.Join(state, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
-	cmd.Env = append(cmd.Env, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -268,6 +262,31 @@ func (c *Cluster) Start(node string, env ...string) error {
 	}()
 	c.agents[node] = p
 	return nil
+}
+
+// agentCommand is the command that runs node's agent, with env added to
+// its environment after NodeEnv's.
+func (c *Cluster) agentCommand(node string, env []string) *exec.Cmd {
+	repo := c.Bare
+	if c.RepoURL != "" {
+		repo = c.RepoURL
+	}
+	args := []string{"agent", "--repo", repo, "--node", node, "--state-dir", c.StateDir(node),
+		"--poll", c.Poll.String(), "--metrics-listen", "127.0.0.1:0", "--reconcile-interval", "1s", "--stop-grace", "3s"}
+	if c.Driver != "" {
+		args = append(args, "--driver", c.Driver)
+	}
+	args = append(args, c.AgentArgs...)
+	args = append(args, c.NodeArgs[node]...)
+	cmd := exec.Command(c.Keel, args...)
+	if c.FDLimit > 0 {
+		// The same process: sh executes the agent in its place.
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, c.FDLimit), c.Keel}, args...)...)
+	}
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	cmd.Env = append(cmd.Env, c.NodeEnv[node]...)
+	cmd.Env = append(cmd.Env, env...)
+	return cmd
 }
 
 // Running reports whether node's agent runs (or was started and not yet
@@ -492,10 +511,14 @@ func (c *Cluster) WaitFor(ctx context.Context, cond func() (bool, string)) error
 	}
 }
 
-// Teardown stops every agent and every instance, and leaves Dir in place.
+// Teardown stops every agent and, on the process driver, every instance,
+// and leaves Dir in place.
 func (c *Cluster) Teardown() {
 	for _, node := range slices.Sorted(mapKeys(c.agents)) {
 		_ = c.Stop(node, syscall.SIGTERM)
+	}
+	if c.Driver != "" && c.Driver != "process" {
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

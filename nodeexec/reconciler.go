@@ -345,6 +345,20 @@ func restartable(policy string, e Exit) bool {
 	}
 }
 
+// adopted completes the state of an instance adopted with none saved (the
+// agent stopped between its start and the state's save): it runs at this
+// placement's address, with the image, network and volumes of inst, which
+// only a replace-class change would alter, and with all of inst's spec
+// when the hashes are equal.
+func adopted(st *InstanceState, inst *render.Instance, pl planner.Placement, class render.ChangeClass) {
+	st.Service, st.Address, st.Generation = inst.Service, pl.Address.String(), pl.Generation
+	if class == "" {
+		st.Spec = inst.Spec
+		return
+	}
+	st.Spec.Image, st.Spec.Network, st.Spec.Volumes = inst.Spec.Image, inst.Spec.Network, inst.Spec.Volumes
+}
+
 // ensure decides what an instance placed on this node needs to run its
 // current spec, and returns the operation that does it: nil when it needs
 // nothing, or an error wrapping ErrWaiting when it must wait for another
@@ -360,7 +374,11 @@ func (r *Reconciler) ensure(inst *render.Instance, pl planner.Placement, running
 		},
 	}
 	if isRunning {
-		switch render.ClassifyHashChange(st.SpecHash, inst.SpecHash) {
+		class := render.ClassifyHashChange(st.SpecHash, inst.SpecHash)
+		if st.Address == "" && class != render.ChangeReplace {
+			adopted(st, inst, pl, class)
+		}
+		switch class {
 		case "", render.ChangeLive:
 			if st.Spec.Resources == inst.Spec.Resources {
 				st.Spec.RestartPolicy = inst.Spec.RestartPolicy

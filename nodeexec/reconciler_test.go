@@ -481,6 +481,37 @@ func TestAdoptsAfterLosingItsState(t *testing.T) {
 	}
 }
 
+// An instance adopted after a crash between its start and the state's save
+// (CrashAfterStart) is reported at its address, like one the agent started
+// itself, and still counts as mounting its volume. Found by the freebsd
+// driver's end-to-end crash points (TestFreeBSDCrashPoints): the adopted
+// instance was reported with no address for good, so its Service would
+// never send it traffic, and its volume could be deleted under it.
+func TestAdoptedInstanceKeepsItsAddressAndVolumes(t *testing.T) {
+	w := newWorld(t, map[string]string{"a.yaml": jail("app", "  volumes: [{name: app-data, mountPath: /d}]\n")})
+	w.pass()
+	inst, _, err := w.rec.Status(context.Background())
+	if err != nil || len(inst) != 1 || !inst[0].Address.IsValid() {
+		t.Fatalf("status before the crash: %+v, %v", inst, err)
+	}
+	want := inst[0]
+	w.drv.AgentRestart()
+	w.dir = t.TempDir() // the state file was never written
+	w.newReconciler()
+	w.pass()
+	w.pass()
+	inst, _, err = w.rec.Status(context.Background())
+	if err != nil || len(inst) != 1 || inst[0].Address != want.Address || inst[0].State != report.StateRunning || inst[0].SpecHash != want.SpecHash {
+		t.Errorf("status after adopting: %+v, %v; want %+v", inst, err, want)
+	}
+	if err := w.rec.DeleteVolume(context.Background(), "app-data"); !errors.Is(err, nodeexec.ErrBusy) {
+		t.Errorf("deleting the adopted instance's volume: %v; want ErrBusy", err)
+	}
+	if w.drv.Starts("app") != 1 {
+		t.Errorf("%d starts, want 1", w.drv.Starts("app"))
+	}
+}
+
 func TestOneBrokenInstanceDoesNotBlockOthers(t *testing.T) {
 	w := newWorld(t, map[string]string{"a.yaml": jail("a", ""), "b.yaml": jail("b", ""), "c.yaml": jail("c", "")})
 	w.drv.FailNextStart("b", errors.New("no such image"))

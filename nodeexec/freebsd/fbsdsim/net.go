@@ -682,24 +682,33 @@ func parseDest(d string, forceNet, forceHost bool) (netip.Prefix, bool, bool) {
 	return netip.PrefixFrom(ip, 32), true, true
 }
 
-// connectedIface returns the up interface of the VNET with an address
-// whose network holds ip, or nil (gateway unreachable).
+// connectedIface returns the up interface of the VNET whose connected
+// route to ip is the most specific (the routing table's longest match), or
+// nil (gateway unreachable). A loopback interface's address is a host
+// route only: sys/netinet/in.c in_ifinit adds RTF_HOST for IFF_LOOPBACK,
+// so lo0's 127.0.0.1/8 reaches 127.0.0.1 and nothing else of 127/8.
 func (c *call) connectedIface(ip string) *Iface {
 	g, err := netip.ParseAddr(ip)
 	if err != nil {
 		return nil
 	}
+	var best *Iface
+	bestLen := -1
 	for _, i := range c.vnetIfaces() {
 		if !i.Up {
 			continue
 		}
 		for _, a := range i.Addrs {
-			if a.prefix().Masked().Contains(g) {
-				return i
+			p := a.prefix().Masked()
+			if i.Kind == "loopback" {
+				p = netip.PrefixFrom(a.prefix().Addr(), 32)
+			}
+			if p.Contains(g) && p.Bits() > bestLen {
+				best, bestLen = i, p.Bits()
 			}
 		}
 	}
-	return nil
+	return best
 }
 
 // routeGet is `route -n get <dest>` (route.c print_getmsg).
