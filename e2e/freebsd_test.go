@@ -188,17 +188,32 @@ func TestFreeBSDCrashPoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		atCrash := c.jailPIDs(victim)
-		started := point != nodeexec.CrashAfterVolume
-		if !c.hasVolume(victim, extra+"-data") {
-			t.Errorf("%s: no volume %s-data at the crash", point, extra)
-		}
-		if got := len(atCrash["keel-"+extra]) == 1; got != started {
-			t.Errorf("%s: %s runs at the crash: %v, want %v (jails %v)", point, extra, got, started, atCrash)
+		runs := len(atCrash["keel-"+extra]) == 1
+		// The new jail's operation (its volume, then its start) runs off
+		// the agent's loop: before-report-push comes at the first push,
+		// while that operation may still run, so the jail may or may not
+		// run yet (and has its volume if it runs); the other points come
+		// inside the operation or in the pass that folds it.
+		switch {
+		case point == nodeexec.CrashBeforeReportPush:
+			if runs && !c.hasVolume(victim, extra+"-data") {
+				t.Errorf("%s: %s runs without its volume %s-data at the crash", point, extra, extra)
+			}
+		default:
+			if !c.hasVolume(victim, extra+"-data") {
+				t.Errorf("%s: no volume %s-data at the crash", point, extra)
+			}
+			if started := point != nodeexec.CrashAfterVolume; runs != started {
+				t.Errorf("%s: %s runs at the crash: %v, want %v (jails %v)", point, extra, runs, started, atCrash)
+			}
 		}
 		var jails []string
 		for name, j := range host.Jails {
 			if !j.Dying {
 				jails = append(jails, name)
+			}
+			if point == nodeexec.CrashBeforeReportPush && name == "keel-"+extra && len(atCrash[name]) == 0 {
+				continue // killed while provisioning: the restart finishes or undoes it
 			}
 			if len(atCrash[name]) != 1 {
 				t.Errorf("%s: jail %s has processes %v at the crash", point, name, atCrash[name])
