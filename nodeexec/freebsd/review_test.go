@@ -1,0 +1,256 @@
+package freebsd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	gosync "sync"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/freebsd"
+	"github.com/keel-dev/keel/nodeexec/freebsd/fbsdsim"
+)
+
+// killer is a Runner that makes its n-th command (counting from 1) fail
+// as a command killed with the agent would: before it ran (after=false),
+// or after it ran to its end (after=true).
+type killer struct {
+	inner freebsd.Runner
+	mu    gosync.Mutex
+	n     int
+	at    int
+	after bool
+	// dead: the agent died at the n-th command: every later one fails too.
+	dead bool
+	hit  string
+}
+
+var errKilled = errors.New("injected: killed")
+
+// tick counts a command and says whether it fails, and whether it runs
+// first.
+func (k *killer) tick(argv []string) (fail, runs bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.n++
+	if k.n == k.at {
+		k.hit = strings.Join(argv, " ")
+		return true, k.after
+	}
+	// A dead agent runs nothing more.
+	return k.dead && k.at > 0 && k.n > k.at, false
+}
+
+func (k *killer) Run(ctx context.Context, argv []string) (freebsd.Result, error) {
+	fail, runs := k.tick(argv)
+	if !fail {
+		return k.inner.Run(ctx, argv)
+	}
+	if runs {
+		_, _ = k.inner.Run(ctx, argv)
+	}
+	return freebsd.Result{}, errKilled
+}
+
+func (k *killer) Start(argv []string, stdout, stderr *os.File) (freebsd.Proc, error) {
+	if fail, _ := k.tick(argv); !fail {
+		return k.inner.Start(argv, stdout, stderr)
+	}
+	return nil, errKilled
+}
+
+// epairs counts the epair pairs on the host and in jails.
+func epairs(st *fbsdsim.State) int {
+	n := 0
+	for _, i := range st.Ifaces {
+		if i.Kind == "epair" && strings.HasSuffix(i.Name, "a") {
+			n++
+		}
+	}
+	return n
+}
+
+// A provision killed at each of its commands in turn, before or after the
+// command ran, then retried by the same driver or by a restarted one,
+// ends with one jail, one epair and nothing leaked; a Destroy then leaves
+// nothing.
+func TestProvisionKilledAtEachStep(t *testing.T) {
+	// The number of commands of a whole provision.
+	h := newHost(t, fbsdsim.Options{})
+	d := h.driver(t, "", freebsd.Options{})
+	spec := webSpec(t, d)
+	ensureVolumes(t, d, &spec)
+	h.rec.take()
+	if _, err := d.Start(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	total := len(h.rec.take())
+	for _, after := range []bool{false, true} {
+		for _, restart := range []bool{false, true} {
+			for at := 1; at <= total; at++ {
+				t.Run(fmt.Sprintf("after=%v/restart=%v/%d", after, restart, at), func(t *testing.T) {
+					provisionKilledAt(t, at, after, restart)
+				})
+			}
+		}
+	}
+}
+
+func provisionKilledAt(t *testing.T, at int, after, restart bool) {
+	dead := restart
+	ctx := t.Context()
+	h := newHost(t, fbsdsim.Options{})
+	state := t.TempDir()
+	k := &killer{inner: h.rec}
+	d, err := freebsd.New(ctx, freebsd.Options{Runner: k, Root: h.root, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := webSpec(t, d)
+	ensureVolumes(t, d, &spec)
+	k.mu.Lock()
+	k.at, k.n, k.after, k.dead = at, 0, after, dead
+	k.mu.Unlock()
+	_, err = d.Start(ctx, spec)
+	t.Logf("killed at %q: Start = %v", k.hit, err)
+	if restart {
+		d = h.driver(t, state, freebsd.Options{})
+	}
+	h.rec.take()
+	if err != nil {
+		if _, err := d.Start(ctx, spec); err != nil && !errors.Is(err, nodeexec.ErrAlreadyRunning) {
+			t.Fatalf("the retry: %v", err)
+		}
+	}
+	for _, c := range h.rec.take() {
+		t.Logf("retry ran %q", c)
+	}
+	h.leaks(t, fbsdsim.Expect{Jails: []string{"keel-web-0"}})
+	if n := epairs(h.sim.State()); n != 1 {
+		t.Errorf("%d epairs, want 1", n)
+	}
+	if r, err := d.Running(ctx); err != nil || len(r) != 1 {
+		t.Errorf("Running = %v, %v", r, err)
+	}
+	if err := d.Stop(ctx, spec.Name, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	if err := d.Destroy(ctx, spec.Name); err != nil {
+		for _, c := range h.rec.take() {
+			t.Logf("ran %q", c)
+		}
+		st := h.sim.State()
+		t.Logf("mounts %+v", st.Mounts)
+		for n, j := range st.Jails {
+			t.Logf("jail %s %+v", n, j)
+		}
+		t.Logf("procs %+v", st.Procs)
+		t.Fatal(err)
+	}
+	h.leaks(t, fbsdsim.Expect{})
+	if n := epairs(h.sim.State()); n != 0 {
+		t.Errorf("%d epairs after Destroy, want 0", n)
+	}
+}
+
+// A Destroy killed at each of its commands, then run again (by the same
+// driver or a restarted one), leaves nothing.
+func TestDestroyKilledAtEachStep(t *testing.T) {
+	h := newHost(t, fbsdsim.Options{})
+	d := h.driver(t, "", freebsd.Options{})
+	spec := webSpec(t, d)
+	ensureVolumes(t, d, &spec)
+	if _, err := d.Start(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(t.Context(), spec.Name, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	if err := d.Destroy(t.Context(), spec.Name); err != nil {
+		t.Fatal(err)
+	}
+	total := len(h.rec.take())
+	for _, after := range []bool{false, true} {
+		for _, restart := range []bool{false, true} {
+			for at := 1; at <= total; at++ {
+				t.Run(fmt.Sprintf("after=%v/restart=%v/%d", after, restart, at), func(t *testing.T) {
+					destroyKilledAt(t, at, after, restart)
+				})
+			}
+		}
+	}
+}
+
+func destroyKilledAt(t *testing.T, at int, after, restart bool) {
+	dead := restart
+	ctx := t.Context()
+	h := newHost(t, fbsdsim.Options{})
+	state := t.TempDir()
+	k := &killer{inner: h.rec}
+	d, err := freebsd.New(ctx, freebsd.Options{Runner: k, Root: h.root, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := webSpec(t, d)
+	ensureVolumes(t, d, &spec)
+	if _, err := d.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx, spec.Name, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	k.mu.Lock()
+	k.at, k.n, k.after, k.dead = at, 0, after, dead
+	k.mu.Unlock()
+	err = d.Destroy(ctx, spec.Name)
+	t.Logf("killed at %q: Destroy = %v", k.hit, err)
+	if restart {
+		d = h.driver(t, state, freebsd.Options{})
+	}
+	if err := d.Destroy(ctx, spec.Name); err != nil {
+		t.Fatalf("the second Destroy: %v", err)
+	}
+	h.leaks(t, fbsdsim.Expect{})
+	if n := epairs(h.sim.State()); n != 0 {
+		t.Errorf("%d epairs after Destroy, want 0", n)
+	}
+	// A new instance of the same name provisions cleanly.
+	if _, err := d.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	h.leaks(t, fbsdsim.Expect{Jails: []string{"keel-web-0"}})
+}
+
+// An undo interrupted after jail -r left the root's devfs mounted; the
+// retry's jail -c mounts a second devfs on top (jail(8) does not look:
+// usr.sbin/jail/command.c IP_MOUNT_DEVFS). Destroy must unmount both, or
+// the root stays busy.
+func TestStackedDevfsUnmounted(t *testing.T) {
+	h := newHost(t, fbsdsim.Options{})
+	d := h.driver(t, "", freebsd.Options{})
+	ctx := t.Context()
+	spec := simpleSpec("a", "10.0.60.5")
+	if _, err := d.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx, "a", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	run(t, h, "jail", "-r", "keel-a") // devfs stays (docs/freebsd-notes.md §10.23)
+	if _, err := d.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx, "a", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Destroy(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	h.leaks(t, fbsdsim.Expect{})
+}
