@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	gosync "sync"
@@ -253,4 +254,95 @@ func TestStackedDevfsUnmounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.leaks(t, fbsdsim.Expect{})
+}
+
+// gate is a Runner that holds the first command starting with prefix
+// until released: a slow command.
+type gate struct {
+	inner   freebsd.Runner
+	prefix  string
+	once    gosync.Once
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) hold(argv []string) {
+	if strings.HasPrefix(strings.Join(argv, " "), g.prefix) {
+		held := false
+		g.once.Do(func() { held = true })
+		if held {
+			close(g.reached)
+			<-g.release
+		}
+	}
+}
+
+func (g *gate) Run(ctx context.Context, argv []string) (freebsd.Result, error) {
+	g.hold(argv)
+	return g.inner.Run(ctx, argv)
+}
+
+func (g *gate) Start(argv []string, stdout, stderr *os.File) (freebsd.Proc, error) {
+	g.hold(argv)
+	return g.inner.Start(argv, stdout, stderr)
+}
+
+// While one instance's provision is held at any of its commands, what the
+// node's report and loop call (Running, Capacity, Exited, Volumes,
+// SetRoutes, SetVIPs, Check) and another instance's Start do not wait for
+// it.
+func TestSlowProvisionBlocksNothingElse(t *testing.T) {
+	for _, prefix := range []string{
+		"zfs clone", "jail -c", "mount -t nullfs", "ifconfig epair1a", "ifconfig bridge create",
+		"ifconfig keel0 inet", "ifconfig epair1 create", "jexec keel-web-0 /sbin/route", "rctl -a", "jexec keel-web-0 /usr/bin/env",
+	} {
+		t.Run(prefix, func(t *testing.T) {
+			h := newHost(t, fbsdsim.Options{})
+			g := &gate{inner: h.rec, prefix: prefix, reached: make(chan struct{}), release: make(chan struct{})}
+			d, err := freebsd.New(t.Context(), freebsd.Options{Runner: g, Root: h.root, StateDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := webSpec(t, d)
+			ensureVolumes(t, d, &spec)
+			done := make(chan error, 1)
+			go func() { _, err := d.Start(context.Background(), spec); done <- err }()
+			<-g.reached
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			// The node-wide network calls wait for the one network command
+			// held under the network lock; nothing else does.
+			network := strings.HasPrefix(prefix, "ifconfig keel0") || strings.HasPrefix(prefix, "ifconfig bridge") || prefix == "ifconfig epair1a"
+			calls := map[string]func() error{
+				"Running":  func() error { _, err := d.Running(ctx); return err },
+				"Capacity": func() error { _, err := d.Capacity(ctx); return err },
+				"Volumes":  func() error { _, err := d.Volumes(ctx); return err },
+				"Check":    func() error { _, err := d.Check(ctx); return err },
+			}
+			if !network {
+				calls["SetRoutes"] = func() error {
+					return d.SetRoutes(ctx, []nodeexec.Route{{Dest: netip.MustParsePrefix("10.0.61.0/24"), Via: netip.MustParseAddr("10.0.60.7")}})
+				}
+				calls["SetVIPs"] = func() error { return d.SetVIPs(ctx, []netip.Addr{netip.MustParseAddr("10.0.200.1")}) }
+				calls["Start b"] = func() error { _, err := d.Start(ctx, simpleSpec("b", "10.0.60.9")); return err }
+			}
+			var wg gosync.WaitGroup
+			for name, call := range calls {
+				wg.Go(func() {
+					err := call()
+					switch {
+					case ctx.Err() != nil:
+						t.Errorf("%s waits behind a provision held at %q", name, prefix)
+					case err != nil && name != "SetRoutes":
+						t.Errorf("%s: %v", name, err)
+					}
+				})
+			}
+			wg.Wait()
+			close(g.release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
