@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
+	"slices"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -344,5 +346,83 @@ func TestSlowProvisionBlocksNothingElse(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// dier is a Runner whose goroutine dies (runtime.Goexit, deferred unlocks
+// run) right after the first command starting with prefix ran: the agent
+// killed between a command and the record of its outcome.
+type dier struct {
+	inner  freebsd.Runner
+	prefix string
+	once   gosync.Once
+}
+
+func (k *dier) Run(ctx context.Context, argv []string) (freebsd.Result, error) {
+	res, err := k.inner.Run(ctx, argv)
+	if strings.HasPrefix(strings.Join(argv, " "), k.prefix) {
+		die := false
+		k.once.Do(func() { die = true })
+		if die {
+			runtime.Goexit()
+		}
+	}
+	return res, err
+}
+
+func (k *dier) Start(argv []string, stdout, stderr *os.File) (freebsd.Proc, error) {
+	return k.inner.Start(argv, stdout, stderr)
+}
+
+// An alias and a route the operator added by hand, equal to what Keel
+// wants, stay when Keel no longer wants them, even when the agent died
+// right after its own add failed on them and a restarted agent retries.
+func TestOperatorsAliasAndRouteSurviveACrash(t *testing.T) {
+	h := newHost(t, fbsdsim.Options{})
+	run(t, h, "ifconfig", "bridge", "create")
+	run(t, h, "ifconfig", "bridge0", "name", "keel0")
+	run(t, h, "ifconfig", "keel0", "inet", "10.0.60.1/24")
+	run(t, h, "ifconfig", "keel0", "alias", "10.0.200.1", "netmask", "255.255.255.255")
+	run(t, h, "route", "add", "-net", "10.0.61.0/24", "10.0.60.7")
+	state := t.TempDir()
+	vip := []netip.Addr{netip.MustParseAddr("10.0.200.1")}
+	route := []nodeexec.Route{{Dest: netip.MustParsePrefix("10.0.61.0/24"), Via: netip.MustParseAddr("10.0.60.7")}}
+	for _, prefix := range []string{"ifconfig keel0 alias 10.0.200.1", "route add -net 10.0.61.0/24"} {
+		d, err := freebsd.New(t.Context(), freebsd.Options{Runner: &dier{inner: h.rec, prefix: prefix}, Root: h.root, StateDir: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if strings.HasPrefix(prefix, "route") {
+				_ = d.SetRoutes(t.Context(), route)
+			} else {
+				_ = d.SetVIPs(t.Context(), vip)
+			}
+		}()
+		<-done
+	}
+	d := h.driver(t, state, freebsd.Options{}) // restarted
+	ctx := t.Context()
+	if err := d.SetVIPs(ctx, vip); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetRoutes(ctx, route); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetVIPs(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetRoutes(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.leaks(t, fbsdsim.Expect{VIPs: []string{"10.0.200.1"}, Routes: []string{"10.0.61.0/24"}})
+	st := h.sim.State()
+	if !slices.ContainsFunc(st.Routes, func(r fbsdsim.Route) bool { return r.Dest == "10.0.61.0/24" && r.VNet == "" }) {
+		t.Errorf("the operator's route 10.0.61.0/24 was removed")
+	}
+	if i := st.Iface("", "keel0"); i == nil || !slices.ContainsFunc(i.Addrs, func(a fbsdsim.Addr) bool { return a.IP == "10.0.200.1" }) {
+		t.Errorf("the operator's alias 10.0.200.1 was removed")
 	}
 }
