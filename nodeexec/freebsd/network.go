@@ -3,6 +3,7 @@ package freebsd
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -161,26 +162,44 @@ func (d *Driver) attach(ctx context.Context, spec nodeexec.InstanceSpec, rec *in
 		return err
 	}
 	gw := gateway(addr)
-	d.netMu.Lock()
-	fresh, err := d.attachLocked(ctx, bridge, addr, gw, rec)
-	d.netMu.Unlock()
-	if err != nil {
-		return err
-	}
 	jail := jailName(spec.Name)
+	for attempt := 1; ; attempt++ {
+		d.netMu.Lock()
+		fresh, err := d.attachLocked(ctx, bridge, addr, gw, rec)
+		d.netMu.Unlock()
+		if err != nil {
+			return err
+		}
+		exists := false // a fresh ordinal was just found free
+		if !fresh {
+			if exists, err = d.ifaceExists(ctx, epairA(rec.Epair)); err != nil {
+				return err
+			}
+		}
+		if exists {
+			break
+		}
+		// Creates epair<N>a and epair<N>b (sbin/ifconfig/ifclone.c). A
+		// fresh ordinal's "already exists" is another tool's epair made
+		// since the probe: never Keel's to move into a jail or destroy,
+		// so the ordinal is given up for the next free one.
+		already, err := d.tolerate(ctx, msgExists, "ifconfig", "epair"+strconv.Itoa(rec.Epair), "create")
+		if err != nil {
+			return err
+		}
+		if !already || !fresh {
+			break
+		}
+		d.log.Warn("an epair Keel was about to create was made by someone else; taking another", "epair", epairA(rec.Epair))
+		rec.Epair = 0
+		if err := d.saveRecord(rec); err != nil {
+			return err
+		}
+		if attempt == 3 {
+			return errors.New("epairs are being created by someone else as fast as Keel finds free ordinals")
+		}
+	}
 	a, b := epairA(rec.Epair), epairB(rec.Epair)
-	exists := false // a fresh ordinal was just found free
-	if !fresh {
-		if exists, err = d.ifaceExists(ctx, a); err != nil {
-			return err
-		}
-	}
-	if !exists {
-		// Creates epair<N>a and epair<N>b (sbin/ifconfig/ifclone.c).
-		if _, err := d.tolerate(ctx, msgExists, "ifconfig", "epair"+strconv.Itoa(rec.Epair), "create"); err != nil {
-			return err
-		}
-	}
 	if _, err := d.tolerate(ctx, msgExists, "ifconfig", bridge, "addm", a); err != nil {
 		return err
 	}

@@ -426,3 +426,57 @@ func TestOperatorsAliasAndRouteSurviveACrash(t *testing.T) {
 		t.Errorf("the operator's alias 10.0.200.1 was removed")
 	}
 }
+
+// thief is a Runner on which another tool's `ifconfig epair create` takes
+// the unit the driver probed free, just before the driver creates it.
+type thief struct {
+	*recorder
+	once gosync.Once
+}
+
+func (r *thief) Run(ctx context.Context, argv []string) (freebsd.Result, error) {
+	if strings.Join(argv, " ") == "ifconfig epair1 create" {
+		r.once.Do(func() {
+			// The lowest free units: epair0, then epair1.
+			for range 2 {
+				_, _ = r.sim.Run(ctx, []string{"ifconfig", "epair", "create"})
+			}
+		})
+	}
+	return r.recorder.Run(ctx, argv)
+}
+
+// Another tool creates an epair between the driver's probe of a free unit
+// and its own create: the driver must not take that epair for its own (move
+// its b-end into the jail, destroy it on delete), but use another unit.
+func TestEpairTakenBetweenProbeAndCreate(t *testing.T) {
+	h := newHost(t, fbsdsim.Options{})
+	ctx := t.Context()
+	d, err := freebsd.New(ctx, freebsd.Options{Runner: &thief{recorder: h.rec}, Root: h.root, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := simpleSpec("a", "10.0.60.5")
+	if _, err := d.Start(ctx, spec); err != nil {
+		t.Logf("Start: %v", err)
+		if _, err := d.Start(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := h.sim.State()
+	if st.Iface("keel-a", "epair1b") != nil {
+		t.Errorf("the other tool's epair1b was moved into keel-a")
+		for _, c := range h.rec.take() {
+			t.Logf("ran %q", c)
+		}
+	}
+	if err := d.Stop(ctx, "a", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Destroy(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if h.sim.State().Iface("", "epair1a") == nil {
+		t.Errorf("the other tool's epair1a was destroyed")
+	}
+}
