@@ -480,3 +480,4 @@ func TestEpairTakenBetweenProbeAndCreate(t *testing.T) {
 		t.Errorf("the other tool's epair1a was destroyed")
 	}
 }
+
