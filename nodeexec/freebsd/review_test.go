@@ -480,4 +480,3 @@ func TestEpairTakenBetweenProbeAndCreate(t *testing.T) {
 		t.Errorf("the other tool's epair1a was destroyed")
 	}
 }
-
