@@ -671,9 +671,14 @@ func (d *Driver) teardown(ctx context.Context, name string) error {
 	}
 	root := d.rootfs(name)
 	dev := root + "/dev"
-	if slices.ContainsFunc(mounts, func(m mountEntry) bool { return m.Point == dev }) {
-		if err := d.unmount(ctx, dev); err != nil {
-			return err
+	// Once per mount: a jail -c on a root whose devfs outlived an earlier
+	// jail (jail -r leaves it, docs/freebsd-notes.md §10.23) stacked a
+	// second one (usr.sbin/jail/command.c IP_MOUNT_DEVFS does not look).
+	for _, m := range mounts {
+		if m.Point == dev {
+			if err := d.unmount(ctx, dev); err != nil {
+				return err
+			}
 		}
 	}
 	if err := d.settle(ctx, name); err != nil {

@@ -3,8 +3,10 @@ package freebsd
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -82,6 +84,11 @@ func (d *Driver) aliasIndexLocked(iface, addr string) int {
 // pending: a crash in between leaves an entry that the next call completes.
 // An address that exists though Keel never meant to add it is not Keel's:
 // it is left out of the record, so it is never removed. d.netMu is held.
+//
+// Whether the address exists is asked first (`ifconfig <iface>`): an agent
+// killed after its add ran and before the record was completed finds the
+// address there on its retry and must know that it was not there before,
+// or it would take the operator's address for its own and remove it later.
 func (d *Driver) addAliasLocked(ctx context.Context, a aliasRecord, argv ...string) error {
 	i := d.aliasIndexLocked(a.Iface, a.Addr)
 	if i >= 0 && !d.net.Aliases[i].Pending {
@@ -89,6 +96,15 @@ func (d *Driver) addAliasLocked(ctx context.Context, a aliasRecord, argv ...stri
 	}
 	wasPending := i >= 0
 	if !wasPending {
+		out, err := d.must(ctx, "ifconfig", a.Iface)
+		if err != nil {
+			return err
+		}
+		addr, _, _ := strings.Cut(a.Addr, "/")
+		if hasInet(out, addr) {
+			d.log.Info("an address Keel wants exists already; it is not Keel's and will be left alone", "iface", a.Iface, "addr", a.Addr)
+			return nil
+		}
 		a.Pending = true
 		d.net.Aliases = append(d.net.Aliases, a)
 		if err := d.saveNetLocked(); err != nil {
@@ -146,26 +162,44 @@ func (d *Driver) attach(ctx context.Context, spec nodeexec.InstanceSpec, rec *in
 		return err
 	}
 	gw := gateway(addr)
-	d.netMu.Lock()
-	fresh, err := d.attachLocked(ctx, bridge, addr, gw, rec)
-	d.netMu.Unlock()
-	if err != nil {
-		return err
-	}
 	jail := jailName(spec.Name)
+	for attempt := 1; ; attempt++ {
+		d.netMu.Lock()
+		fresh, err := d.attachLocked(ctx, bridge, addr, gw, rec)
+		d.netMu.Unlock()
+		if err != nil {
+			return err
+		}
+		exists := false // a fresh ordinal was just found free
+		if !fresh {
+			if exists, err = d.ifaceExists(ctx, epairA(rec.Epair)); err != nil {
+				return err
+			}
+		}
+		if exists {
+			break
+		}
+		// Creates epair<N>a and epair<N>b (sbin/ifconfig/ifclone.c). A
+		// fresh ordinal's "already exists" is another tool's epair made
+		// since the probe: never Keel's to move into a jail or destroy,
+		// so the ordinal is given up for the next free one.
+		already, err := d.tolerate(ctx, msgExists, "ifconfig", "epair"+strconv.Itoa(rec.Epair), "create")
+		if err != nil {
+			return err
+		}
+		if !already || !fresh {
+			break
+		}
+		d.log.Warn("an epair Keel was about to create was made by someone else; taking another", "epair", epairA(rec.Epair))
+		rec.Epair = 0
+		if err := d.saveRecord(rec); err != nil {
+			return err
+		}
+		if attempt == 3 {
+			return errors.New("epairs are being created by someone else as fast as Keel finds free ordinals")
+		}
+	}
 	a, b := epairA(rec.Epair), epairB(rec.Epair)
-	exists := false // a fresh ordinal was just found free
-	if !fresh {
-		if exists, err = d.ifaceExists(ctx, a); err != nil {
-			return err
-		}
-	}
-	if !exists {
-		// Creates epair<N>a and epair<N>b (sbin/ifconfig/ifclone.c).
-		if _, err := d.tolerate(ctx, msgExists, "ifconfig", "epair"+strconv.Itoa(rec.Epair), "create"); err != nil {
-			return err
-		}
-	}
 	if _, err := d.tolerate(ctx, msgExists, "ifconfig", bridge, "addm", a); err != nil {
 		return err
 	}
@@ -365,6 +399,22 @@ func (d *Driver) addRouteLocked(ctx context.Context, r routeRecord) error {
 	}
 	wasPending := i >= 0
 	if !wasPending {
+		// Asked first, as addAliasLocked does.
+		// No route: "route has not been found", exit 0 with route_netlink.c
+		// (rtmsg_nl_int), 1 with the routing-socket route.c of older
+		// releases.
+		res, err := d.run(ctx, "route", "-n", "get", "-net", r.Dest)
+		if err != nil {
+			return err
+		}
+		if res.Code != 0 {
+			if e := (&cmdError{argv: []string{"route", "-n", "get", "-net", r.Dest}, code: res.Code, stderr: string(res.Stderr)}); !e.has(msgNoRoute...) {
+				return e
+			}
+		} else if routeIs(res.Stdout, netip.MustParsePrefix(r.Dest)) {
+			d.log.Info("a route Keel wants exists already; it is not Keel's and will be left alone", "dest", r.Dest)
+			return nil
+		}
 		r.Pending = true
 		d.net.Routes = append(d.net.Routes, r)
 		if err := d.saveNetLocked(); err != nil {
@@ -386,4 +436,41 @@ func (d *Driver) addRouteLocked(ctx context.Context, r routeRecord) error {
 		err = serr
 	}
 	return err
+}
+
+// hasInet reports whether ifconfig's block of an interface shows the IPv4
+// address addr: a line "inet <addr> netmask ..." (sbin/ifconfig/af_inet.c
+// in_status).
+func hasInet(out []byte, addr string) bool {
+	for line := range strings.Lines(string(out)) {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "inet" && f[1] == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// routeIs reports whether `route -n get -net <p>` found a route to exactly
+// p: its destination and mask lines (sbin/route/route_netlink.c
+// print_getmsg; no mask line for a host route), not a covering one.
+func routeIs(out []byte, p netip.Prefix) bool {
+	var dst, mask string
+	for line := range strings.Lines(string(out)) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "destination":
+			dst = strings.TrimSpace(v)
+		case "mask":
+			mask = strings.TrimSpace(v)
+		}
+	}
+	if dst != p.Addr().String() {
+		return false
+	}
+	m := net.CIDRMask(p.Bits(), 32)
+	want := fmt.Sprintf("%d.%d.%d.%d", m[0], m[1], m[2], m[3])
+	return mask == want || mask == "" && p.Bits() == 32
 }
