@@ -228,3 +228,54 @@ func TestNeverMovesBack(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreportedCopyDoesNotWinBack: a node dies right after starting an
+// instance, before any of its reports says so; another node starts it as
+// new, at the same generation. When the first node comes back (settling,
+// its run of reports broken) reporting its copy, the settled node's copy
+// keeps the instance, whatever the rendezvous hash says: nothing moves
+// back. (Seen under a CPU hog: the returning node won the tie on the hash.)
+func TestUnreportedCopyDoesNotWinBack(t *testing.T) {
+	m := repoDef{Nodes: tableNodes("a", "b", "c"), Workloads: []workloadDef{svc("web", 1)}}.model(t)
+	h := hashOf(t, m, "web-0")
+	settled := func(r report.Report) report.Report { r.Since = r.Time.Add(-10 * time.Minute); return r }
+	for _, first := range []string{"a", "b", "c"} {
+		t.Run("first on "+first, func(t *testing.T) {
+			// first's last report (now old: dead) does not list web-0.
+			var rs []report.Report
+			for _, n := range []string{"a", "b", "c"} {
+				when := secs(0)
+				if n == first {
+					when = secs(-31)
+				}
+				rs = append(rs, settled(reportOf(n, when)))
+			}
+			p := plan(m, rs...)
+			taken := placementOf(p, "web-0")
+			if taken.Node == first || taken.Generation != 1 {
+				t.Fatalf("with %s dead and silent: %+v, want another node, generation 1", first, taken)
+			}
+			var back []report.Report
+			for _, n := range []string{"a", "b", "c"} {
+				i := seen("web-0", report.StateRunning, "", h)
+				i.Generation = 1
+				switch n {
+				case first:
+					r := reportOf(n, secs(1), i)
+					r.Since = secs(1) // its run starts again: settling
+					back = append(back, r)
+				case taken.Node:
+					back = append(back, settled(reportOf(n, secs(1), i)))
+				default:
+					back = append(back, settled(reportOf(n, secs(1))))
+				}
+			}
+			for _, rs := range [][]report.Report{back, reversed(back)} {
+				p = plan(m, rs...)
+				if pl := placementOf(p, "web-0"); pl.Node != taken.Node {
+					t.Fatalf("after %s came back with its unreported copy: %+v, want it to stay on %s", first, pl, taken.Node)
+				}
+			}
+		})
+	}
+}

@@ -601,11 +601,19 @@ func (p *planner) sharedPins() map[string][]*nodeState {
 
 // betterSighting prefers the newer copy (the higher generation: the copy
 // that was started because the other's node was judged dead keeps the
-// instance when that node returns, so nothing moves back), then the node
-// running the current spec, then the higher rendezvous hash.
+// instance when that node returns, so nothing moves back), then, between
+// copies of one generation, the one on a settled node over one on a
+// settling node (a node back from the dead may have started the instance
+// without its report ever saying so: the others then started theirs at
+// the same generation, and the returning node's copy must not win it back
+// on the rendezvous hash), then the node running the current spec, then
+// the higher rendezvous hash.
 func betterSighting(inst *render.Instance, a, b sighting) bool {
 	if a.inst.Generation != b.inst.Generation {
 		return a.inst.Generation > b.inst.Generation
+	}
+	if a.node.Settling != b.node.Settling {
+		return !a.node.Settling
 	}
 	ca := a.inst.State == report.StateRunning && a.inst.SpecHash == inst.SpecHash
 	cb := b.inst.State == report.StateRunning && b.inst.SpecHash == inst.SpecHash
