@@ -115,14 +115,16 @@ was given.`,
 			return fmt.Errorf("the demo cluster did not converge (agent logs: %s): %w", filepath.Join(root, "nodes", "*", "agent.log"), err)
 		}
 		fmt.Fprintf(e.stdout, "converged in %s\n\n", time.Since(start).Round(100*time.Millisecond))
-		e.printDemo(c)
+		e.printDemo(c, keel)
 		<-e.ctx.Done()
 		return nil
 	}
 	return cmd
 }
 
-func (e *env) printDemo(c *localcluster.Cluster) {
+// printDemo shows the demo cluster and the commands to try, with keel's
+// absolute path (they are run from the demo's work tree).
+func (e *env) printDemo(c *localcluster.Cluster, keel string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -167,7 +169,7 @@ Then watch it converge:
   %s plan --repo %s --reports-remote origin
 
 Press Ctrl-C to stop the demo.
-`, c.Work, shellQuote(os.Args[0]), shellQuote(os.Args[0]), c.StateDir(c.Nodes[0]), shellQuote(os.Args[0]), c.Work)
+`, c.Work, shellQuote(keel), shellQuote(keel), c.StateDir(c.Nodes[0]), shellQuote(keel), c.Work)
 }
 
 func shellQuote(s string) string {
