@@ -1,4 +1,4 @@
-//go:build unix && !freebsd
+//go:build unix
 
 package netlimit
 
@@ -20,5 +20,12 @@ func setNofile(soft, hard uint64) error {
 }
 
 // setLimit stores v in a field of syscall.Rlimit: uint64 on Linux, int64
-// on FreeBSD.
-func setLimit[T int64 | uint64](field *T, v uint64) { *field = T(v) }
+// on FreeBSD (rlim_t is __int64_t, RLIM_INFINITY its largest value), where
+// a value past the int64 range is the largest one, not a negative one.
+func setLimit[T int64 | uint64](field *T, v uint64) {
+	t := T(v)
+	if t < 0 {
+		t = T(1<<63 - 1)
+	}
+	*field = t
+}
