@@ -75,7 +75,6 @@ type Driver struct {
 	// names serialises Start, Stop, Destroy and Apply per instance and
 	// DeleteVolume per volume.
 	names nodeexec.KeyedMutex
-	logMu gosync.Mutex
 
 	// netMu guards net and serialises the node-wide network commands
 	// (bridge, gateway and VIP aliases, routes, epair ordinals).

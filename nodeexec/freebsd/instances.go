@@ -751,25 +751,13 @@ func (d *Driver) Logs(name string, limit int) ([]byte, error) {
 	if err := checkName("instance", name); err != nil {
 		return nil, err
 	}
-	dir := d.instanceDir(name)
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("logs %s: %w", name, nodeexec.ErrNotFound)
-	}
-	b, err := logfile.Tail(dir, limit)
-	if err != nil {
-		return nil, fmt.Errorf("logs %s: %w", name, err)
-	}
-	return b, nil
+	return nodeexec.InstanceLogs(name, d.instanceDir(name), limit)
 }
 
 // capLogs caps both of an instance's logs; a failure is logged, not
 // returned.
 func (d *Driver) capLogs(name string) {
-	d.logMu.Lock()
-	defer d.logMu.Unlock()
-	for _, s := range logfile.Streams {
-		if err := logfile.Cap(logfile.Path(d.instanceDir(name), s), d.logMax); err != nil {
-			d.log.Warn("capping an instance's log", "instance", name, "err", err)
-		}
+	if err := logfile.CapAll(d.instanceDir(name), d.logMax); err != nil {
+		d.log.Warn("capping an instance's log", "instance", name, "err", err)
 	}
 }

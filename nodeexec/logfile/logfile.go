@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // Streams are an instance's two logs, in the order Tail shows them.
@@ -143,6 +144,22 @@ func alignTail(b []byte) []byte {
 		return b[i+1:]
 	}
 	return b
+}
+
+// capMu serialises CapAll: a driver caps an instance's logs from Running
+// and from Start, which may run at once, and two copy-truncates of one file
+// at once would lose output.
+var capMu sync.Mutex
+
+// CapAll caps both logs in dir at limit (Cap), one directory at a time.
+func CapAll(dir string, limit int64) error {
+	capMu.Lock()
+	defer capMu.Unlock()
+	var errs []error
+	for _, s := range Streams {
+		errs = append(errs, Cap(Path(dir, s), limit))
+	}
+	return errors.Join(errs...)
 }
 
 // Cap keeps the newest half of a log longer than limit, in place

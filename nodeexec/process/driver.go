@@ -72,8 +72,6 @@ type Driver struct {
 	now      func() time.Time
 	bootTime time.Time
 
-	// logMu serialises capping logs.
-	logMu gosync.Mutex
 	// names serialises Start, Stop, Destroy and DeleteVolume per name.
 	names nodeexec.KeyedMutex
 

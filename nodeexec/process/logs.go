@@ -1,11 +1,6 @@
 package process
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/logfile"
 )
@@ -22,26 +17,14 @@ func (d *Driver) Logs(name string, limit int) ([]byte, error) {
 	if err := checkName("instance", name); err != nil {
 		return nil, err
 	}
-	dir := d.instanceDir(name)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("logs %s: %w", name, nodeexec.ErrNotFound)
-	}
-	b, err := logfile.Tail(dir, limit)
-	if err != nil {
-		return nil, fmt.Errorf("logs %s: %w", name, err)
-	}
-	return b, nil
+	return nodeexec.InstanceLogs(name, d.instanceDir(name), limit)
 }
 
 // capLogs caps both of an instance's logs at d.logMax. A failure is logged,
 // not returned: a log that cannot be cut must not stop the instance being
 // seen or started.
 func (d *Driver) capLogs(name string) {
-	d.logMu.Lock()
-	defer d.logMu.Unlock()
-	for _, s := range logfile.Streams {
-		if err := logfile.Cap(logfile.Path(d.instanceDir(name), s), d.logMax); err != nil {
-			d.log.Warn("capping an instance's log", "instance", name, "err", err)
-		}
+	if err := logfile.CapAll(d.instanceDir(name), d.logMax); err != nil {
+		d.log.Warn("capping an instance's log", "instance", name, "err", err)
 	}
 }
