@@ -798,15 +798,16 @@ func zfsCreate(c *call, args []string) int {
 		fmt.Fprintf(c.errb, "too many arguments\n")
 		return zfsUsageExit(c, "create")
 	}
-	name := r.rest[0]
-	for k, v := range props {
-		nv, msg := checkProp(k, v)
-		if msg != "" {
-			fmt.Fprintf(c.errb, "cannot create '%s': %s\n", name, msg)
-			return 1
-		}
-		props[k] = nv
-	}
+	return createDataset(c, r.rest[0], "", "", props, parents)
+}
+
+// createDataset is what zfs_do_create and zfs_do_clone share: with -p, an
+// existing dataset is success and the missing ancestors are created
+// (zfs_create_ancestors), before the properties are checked (zfs_create,
+// zfs_clone); then the parent must exist and the name be free. A clone
+// (origin set) is filled from dir, its snapshot's tree. A mount that fails
+// leaves the dataset created (zfs_mount_and_share).
+func createDataset(c *call, name, origin, dir string, props map[string]string, parents bool) int {
 	if parents {
 		if c.st.Datasets[name] != nil {
 			return 0
@@ -818,14 +819,21 @@ func zfsCreate(c *call, args []string) int {
 		}
 		parts := strings.Split(name, "/")
 		for i := 2; i < len(parts); i++ {
-			anc := strings.Join(parts[:i], "/")
-			if c.st.Datasets[anc] == nil {
+			if anc := strings.Join(parts[:i], "/"); c.st.Datasets[anc] == nil {
 				if msg := c.newDataset(anc, "", "", nil); msg != "" {
 					fmt.Fprintf(c.errb, "%s", msg)
 					return 1
 				}
 			}
 		}
+	}
+	for k, v := range props {
+		nv, msg := checkProp(k, v)
+		if msg != "" {
+			fmt.Fprintf(c.errb, "cannot create '%s': %s\n", name, msg)
+			return 1
+		}
+		props[k] = nv
 	}
 	if msg := c.checkParents(name); msg != "" {
 		fmt.Fprintf(c.errb, "cannot create '%s': %s\n", name, msg)
@@ -835,8 +843,7 @@ func zfsCreate(c *call, args []string) int {
 		fmt.Fprintf(c.errb, "cannot create '%s': dataset already exists\n", name)
 		return 1
 	}
-	if msg := c.newDataset(name, "", "", props); msg != "" {
-		// zfs_mount_and_share: created, but the mount failed.
+	if msg := c.newDataset(name, origin, dir, props); msg != "" {
 		fmt.Fprintf(c.errb, "%sfilesystem successfully created, but not mounted\n", msg)
 		return 1
 	}
@@ -880,38 +887,7 @@ func zfsClone(c *call, args []string) int {
 	if snap == nil {
 		return openErr(c, src)
 	}
-	if parents && c.st.Datasets[dst] != nil {
-		return 0
-	}
-	for k, v := range props {
-		nv, msg := checkProp(k, v)
-		if msg != "" {
-			fmt.Fprintf(c.errb, "cannot create '%s': %s\n", dst, msg)
-			return 1
-		}
-		props[k] = nv
-	}
-	if parents {
-		parts := strings.Split(dst, "/")
-		for i := 2; i < len(parts); i++ {
-			if anc := strings.Join(parts[:i], "/"); c.st.Datasets[anc] == nil {
-				c.newDataset(anc, "", "", nil)
-			}
-		}
-	}
-	if msg := c.checkParents(dst); msg != "" {
-		fmt.Fprintf(c.errb, "cannot create '%s': %s\n", dst, msg)
-		return 1
-	}
-	if c.st.Datasets[dst] != nil {
-		fmt.Fprintf(c.errb, "cannot create '%s': dataset already exists\n", dst)
-		return 1
-	}
-	if msg := c.newDataset(dst, src, c.path(snap.Dir), props); msg != "" {
-		fmt.Fprintf(c.errb, "%sfilesystem successfully created, but not mounted\n", msg)
-		return 1
-	}
-	return 0
+	return createDataset(c, dst, src, c.path(snap.Dir), props, parents)
 }
 
 // zfsSnapshot is `zfs snapshot` (zfs_do_snapshot: getopt "ro:").
