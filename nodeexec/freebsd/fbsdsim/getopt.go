@@ -1,6 +1,9 @@
 package fbsdsim
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // getopt parses argv[1:] the way FreeBSD's libc getopt(3) does
 // (lib/libc/stdlib/getopt.c): options end at the first non-option
@@ -37,34 +40,14 @@ func getopt(prog string, args []string, optstring string) getoptResult {
 		if len(a) < 2 || a[0] != '-' {
 			break
 		}
-		for j := 1; j < len(a); j++ {
-			c := a[j]
-			k := indexByte(optstring, c)
-			if c == ':' || k < 0 {
-				r.bad = c
-				if !quiet {
-					r.msg = fmt.Sprintf("%s: illegal option -- %c\n", prog, c)
-				}
+		var ok bool
+		if i, ok = cluster(&r, prog, args, i, optstring, quiet, "illegal"); !ok {
+			if r.missing {
+				r.rest = nil
+			} else {
 				r.rest = args[i+1:]
-				return r
 			}
-			if k+1 < len(optstring) && optstring[k+1] == ':' {
-				if j+1 < len(a) {
-					r.opts = append(r.opts, opt{c, a[j+1:]})
-				} else if i+1 < len(args) {
-					i++
-					r.opts = append(r.opts, opt{c, args[i]})
-				} else {
-					r.bad, r.missing = c, true
-					if !quiet {
-						r.msg = fmt.Sprintf("%s: option requires an argument -- %c\n", prog, c)
-					}
-					r.rest = nil
-					return r
-				}
-				break
-			}
-			r.opts = append(r.opts, opt{c, ""})
+			return r
 		}
 		i++
 	}
@@ -72,13 +55,42 @@ func getopt(prog string, args []string, optstring string) getoptResult {
 	return r
 }
 
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
+// cluster parses the option cluster args[i] ("-ab", "-ofile"), an
+// option's argument being the rest of the word or, at its end, the next
+// word. It returns the index of the last word it used, or false with r.bad
+// (and r.msg unless quiet) set for an unknown option (unknown is the word
+// the message uses for it) or a missing argument.
+func cluster(r *getoptResult, prog string, args []string, i int, optstring string, quiet bool, unknown string) (int, bool) {
+	a := args[i]
+	for j := 1; j < len(a); j++ {
+		c := a[j]
+		k := strings.IndexByte(optstring, c)
+		if c == ':' || k < 0 {
+			r.bad = c
+			if !quiet {
+				r.msg = fmt.Sprintf("%s: %s option -- %c\n", prog, unknown, c)
+			}
+			return i, false
 		}
+		if k+1 < len(optstring) && optstring[k+1] == ':' {
+			switch {
+			case j+1 < len(a):
+				r.opts = append(r.opts, opt{c, a[j+1:]})
+			case i+1 < len(args):
+				i++
+				r.opts = append(r.opts, opt{c, args[i]})
+			default:
+				r.bad, r.missing = c, true
+				if !quiet {
+					r.msg = fmt.Sprintf("%s: option requires an argument -- %c\n", prog, c)
+				}
+				return i, false
+			}
+			return i, true
+		}
+		r.opts = append(r.opts, opt{c, ""})
 	}
-	return -1
+	return i, true
 }
 
 // getoptLong parses argv[1:] the way FreeBSD's getopt_long(3) does
@@ -106,32 +118,9 @@ func getoptLong(prog string, args []string, optstring string) (r getoptResult, l
 		if a[1] == '-' {
 			return r, a
 		}
-		for j := 1; j < len(a); j++ {
-			c := a[j]
-			k := indexByte(optstring, c)
-			if c == ':' || k < 0 {
-				r.bad = c
-				if !quiet {
-					r.msg = fmt.Sprintf("%s: invalid option -- %c\n", prog, c)
-				}
-				return r, ""
-			}
-			if k+1 < len(optstring) && optstring[k+1] == ':' {
-				if j+1 < len(a) {
-					r.opts = append(r.opts, opt{c, a[j+1:]})
-				} else if i+1 < len(args) {
-					i++
-					r.opts = append(r.opts, opt{c, args[i]})
-				} else {
-					r.bad, r.missing = c, true
-					if !quiet {
-						r.msg = fmt.Sprintf("%s: option requires an argument -- %c\n", prog, c)
-					}
-					return r, ""
-				}
-				break
-			}
-			r.opts = append(r.opts, opt{c, ""})
+		var ok bool
+		if i, ok = cluster(&r, prog, args, i, optstring, quiet, "invalid"); !ok {
+			return r, ""
 		}
 	}
 	r.rest = append(operands, args[i:]...)
