@@ -77,7 +77,7 @@ func SettlePeriod(m *render.Model) time.Duration {
 const maxPerNode = 253
 
 // IngressLabel marks the nodes that should serve Ingresses.
-const IngressLabel = "keel.dev/ingress"
+const IngressLabel = render.IngressLabel
 
 // nodeState is the planner's working view of one node.
 type nodeState struct {
