@@ -322,7 +322,10 @@ func (i *Issuer) obtain(ctx context.Context, client *acme.Client, host string, s
 			return nil, err
 		}
 	}
-	if order, err = client.WaitOrder(ctx, order.URI); err != nil {
+	// The order's URL comes with the new order only: later answers need
+	// not repeat it.
+	orderURL := order.URI
+	if order, err = client.WaitOrder(ctx, orderURL); err != nil {
 		return nil, caError("order", err)
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -333,9 +336,9 @@ func (i *Issuer) obtain(ctx context.Context, client *acme.Client, host string, s
 	if err != nil {
 		return nil, fmt.Errorf("acme: certificate request: %w", err)
 	}
-	ders, _, err := client.CreateOrderCert(ctx, order.FinalizeURL, csr, true)
+	ders, err := finalize(ctx, client, orderURL, order.FinalizeURL, csr)
 	if err != nil {
-		return nil, caError("finalize", err)
+		return nil, err
 	}
 	var chain []byte
 	for _, der := range ders {
@@ -350,6 +353,38 @@ func (i *Issuer) obtain(ctx context.Context, client *acme.Client, host string, s
 		return nil, fmt.Errorf("acme: the CA's certificate: %w", err)
 	}
 	return b, nil
+}
+
+// finalize submits the CSR and fetches the certificate chain.
+// CreateOrderCert polls the order at the URL the finalize answer's
+// Location names; a CA may leave it out (Pebble does, RFC 8555 does not
+// require it), so when CreateOrderCert fails without a word from the CA,
+// finalize polls the order URL it has and fetches the certificate itself.
+func finalize(ctx context.Context, client *acme.Client, orderURL, finalizeURL string, csr []byte) ([][]byte, error) {
+	ders, _, err := client.CreateOrderCert(ctx, finalizeURL, csr, true)
+	if err == nil {
+		return ders, nil
+	}
+	var (
+		ae *acme.Error
+		oe *acme.OrderError
+	)
+	if errors.As(err, &ae) || errors.As(err, &oe) || ctx.Err() != nil {
+		return nil, caError("finalize", err)
+	}
+	o, werr := client.WaitOrder(ctx, orderURL)
+	if werr != nil {
+		return nil, caError("finalize", werr)
+	}
+	if o.Status != acme.StatusValid || o.CertURL == "" {
+		// Still ready: the finalize request itself failed.
+		return nil, fmt.Errorf("acme: finalize: %w", err)
+	}
+	ders, err = client.FetchCert(ctx, o.CertURL, true)
+	if err != nil {
+		return nil, caError("fetching the certificate", err)
+	}
+	return ders, nil
 }
 
 // authorize satisfies one authorization of an order with s's challenge.
