@@ -355,7 +355,7 @@ func (m *Manager) run(h *host, prev chan struct{}) {
 			m.metrics.renewals.WithLabelValues(h.name, resultFailed).Inc()
 			m.mu.Unlock()
 			m.log.Warn("obtaining a certificate failed; the current one stays",
-				"host", h.name, "failures", failures, "retry_in", wait.Round(time.Second), "err", err)
+				"host", h.name, "failures", failures, "retry_in", wait.Round(time.Millisecond), "err", err)
 			continue
 		}
 		notBefore = time.Time{}
