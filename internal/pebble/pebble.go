@@ -227,7 +227,11 @@ func Start(opts Options) (*Server, error) {
 		return nil, err
 	}
 	for attempt := 1; ; attempt++ {
-		s, err := start(opts, wfe)
+		ports, err := freePorts(opts.IP, 6)
+		if err != nil {
+			return nil, err
+		}
+		s, err := start(opts, wfe, ports)
 		if err == nil {
 			return s, nil
 		}
@@ -329,22 +333,16 @@ type profile struct {
 	ValidityPeriod uint64 `json:"validityPeriod"`
 }
 
-func start(opts Options, wfe *wfeCert) (_ *Server, err error) {
-	ports, err := freePorts(opts.IP, 5)
-	if err != nil {
-		return nil, err
-	}
-	dnsPort, chalMgmt, listen, mgmt, tlsPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+// start starts both processes on ports: challtestsrv's DNS and API,
+// Pebble's directory and management API, and, unless opts sets them, the
+// TLS-ALPN-01 and HTTP-01 ports.
+func start(opts Options, wfe *wfeCert, ports []int) (_ *Server, err error) {
+	dnsPort, chalMgmt, listen, mgmt, tlsPort, httpPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
 	if opts.TLSPort != 0 {
 		tlsPort = opts.TLSPort
 	}
-	httpPort := opts.HTTPPort
-	if httpPort == 0 {
-		p, err := freePorts(opts.IP, 1)
-		if err != nil {
-			return nil, err
-		}
-		httpPort = p[0]
+	if opts.HTTPPort != 0 {
+		httpPort = opts.HTTPPort
 	}
 	hostPort := func(port int) string { return net.JoinHostPort(opts.IP, strconv.Itoa(port)) }
 
@@ -358,7 +356,7 @@ func start(opts Options, wfe *wfeCert) (_ *Server, err error) {
 		ChallURL:          "http://" + hostPort(chalMgmt),
 		PebbleLog:         filepath.Join(opts.Dir, "pebble.log"),
 		ChallLog:          filepath.Join(opts.Dir, "challtestsrv.log"),
-		http:              &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}},
+		http:              &http.Client{Transport: &http.Transport{}},
 	}
 	defer func() {
 		if err != nil {
@@ -508,13 +506,23 @@ func (p *proc) check() error {
 }
 
 // poll calls ready every 20 ms until it succeeds, p fails, or the
-// deadline passes.
-func poll(p *proc, deadline time.Time, what string, ready func() error) error {
+// deadline passes. ready's context ends when p exits, so a probe that
+// reached some other process's listener does not wait out its timeout.
+func poll(p *proc, deadline time.Time, what string, ready func(context.Context) error) error {
 	for {
 		if err := p.check(); err != nil {
 			return err
 		}
-		err := ready()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		go func() {
+			select {
+			case <-p.exited:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := ready(ctx)
+		cancel()
 		if err == nil {
 			return p.check()
 		}
@@ -526,10 +534,10 @@ func poll(p *proc, deadline time.Time, what string, ready func() error) error {
 }
 
 func (s *Server) waitChall(p *proc, deadline time.Time) error {
-	return poll(p, deadline, "challtestsrv", func() error {
+	return poll(p, deadline, "challtestsrv", func(ctx context.Context) error {
 		// The management API first (its answer is challtestsrv's own: we
 		// check the log for lost binds), then DNS over both transports.
-		if err := s.challPost("/clear-txt", map[string]string{"host": "keel-probe.invalid"}); err != nil {
+		if err := s.challPost(ctx, "/clear-txt", map[string]string{"host": "keel-probe.invalid"}); err != nil {
 			return err
 		}
 		for _, network := range []string{"udp", "tcp"} {
@@ -537,10 +545,7 @@ func (s *Server) waitChall(p *proc, deadline time.Time) error {
 				var d net.Dialer
 				return d.DialContext(ctx, network, s.DNSAddr)
 			}}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err := r.LookupHost(ctx, "keel-probe.invalid.")
-			cancel()
-			if err != nil {
+			if _, err := r.LookupHost(ctx, "keel-probe.invalid."); err != nil {
 				return fmt.Errorf("DNS over %s: %w", network, err)
 			}
 		}
@@ -549,12 +554,16 @@ func (s *Server) waitChall(p *proc, deadline time.Time) error {
 }
 
 func (s *Server) waitPebble(p *proc, deadline time.Time) error {
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+	client := &http.Client{Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: s.DirectoryRoots},
 	}}
 	defer client.CloseIdleConnections()
-	get := func(url string) ([]byte, error) {
-		resp, err := client.Get(url)
+	get := func(ctx context.Context, url string) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return nil, err
 		}
@@ -568,15 +577,15 @@ func (s *Server) waitPebble(p *proc, deadline time.Time) error {
 		}
 		return b, nil
 	}
-	return poll(p, deadline, "pebble", func() error {
-		if _, err := get(s.DirectoryURL); err != nil {
+	return poll(p, deadline, "pebble", func(ctx context.Context) error {
+		if _, err := get(ctx, s.DirectoryURL); err != nil {
 			return err
 		}
-		roots, err := get(s.ManagementURL + "/roots/0")
+		roots, err := get(ctx, s.ManagementURL+"/roots/0")
 		if err != nil {
 			return err
 		}
-		inter, err := get(s.ManagementURL + "/intermediates/0")
+		inter, err := get(ctx, s.ManagementURL+"/intermediates/0")
 		if err != nil {
 			return err
 		}
@@ -590,12 +599,17 @@ func (s *Server) waitPebble(p *proc, deadline time.Time) error {
 }
 
 // challPost posts a JSON request to challtestsrv's management API.
-func (s *Server) challPost(path string, body any) error {
+func (s *Server) challPost(ctx context.Context, path string, body any) error {
 	js, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
-	resp, err := s.http.Post(s.ChallURL+path, "application/json", bytes.NewReader(js))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ChallURL+path, bytes.NewReader(js))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.http.Do(req)
 	if err != nil {
 		return err
 	}
@@ -607,26 +621,36 @@ func (s *Server) challPost(path string, body any) error {
 	return nil
 }
 
+// challSet is challPost for the exported helpers, bounded by 10 s.
+func (s *Server) challSet(path string, body any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.challPost(ctx, path, body); err != nil {
+		return fmt.Errorf("pebble: %w", err)
+	}
+	return nil
+}
+
 // SetDefaultIPv4 makes challtestsrv answer A queries without a record of
 // their own with ip ("" answers none).
 func (s *Server) SetDefaultIPv4(ip string) error {
-	return s.challPost("/set-default-ipv4", map[string]string{"ip": ip})
+	return s.challSet("/set-default-ipv4", map[string]string{"ip": ip})
 }
 
 // AddA makes challtestsrv answer A queries for host with ips.
 func (s *Server) AddA(host string, ips ...string) error {
-	return s.challPost("/add-a", map[string]any{"host": host, "addresses": ips})
+	return s.challSet("/add-a", map[string]any{"host": host, "addresses": ips})
 }
 
 // SetTXT adds value to the TXT records challtestsrv answers for host (a
 // DNS-01 record is named _acme-challenge.<domain>).
 func (s *Server) SetTXT(host, value string) error {
-	return s.challPost("/set-txt", map[string]string{"host": host, "value": value})
+	return s.challSet("/set-txt", map[string]string{"host": host, "value": value})
 }
 
 // ClearTXT removes every TXT record of host.
 func (s *Server) ClearTXT(host string) error {
-	return s.challPost("/clear-txt", map[string]string{"host": host})
+	return s.challSet("/clear-txt", map[string]string{"host": host})
 }
 
 // Close kills both processes and waits for them. It is safe to call more
