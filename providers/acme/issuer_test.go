@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/internal/pebble"
+	"github.com/keel-dev/keel/providers"
 )
 
 func TestObtainHTTP01ServesToAClientTrustingOnlyPebble(t *testing.T) {
@@ -228,7 +229,8 @@ func (c *countBadNonces) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // TestBadNoncesAreRetried: Pebble rejects half the good nonces;
 // x/crypto/acme retries a badNonce itself with a fresh nonce, after the
-// wait retryBackoff gives (milliseconds, not its default seconds).
+// wait retryBackoff gives (milliseconds, not its default seconds). Three
+// orders run at once on one Issuer, as the Manager runs them.
 func TestBadNoncesAreRetried(t *testing.T) {
 	c := startCA(t, pebble.Options{NonceReject: 50})
 	i := c.issuer(t, t.TempDir())
@@ -236,12 +238,19 @@ func TestBadNoncesAreRetried(t *testing.T) {
 	i.http.Transport = counter
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, host := range []string{"n1.example.com", "n2.example.com", "n3.example.com"} {
-		b, err := i.Obtain(ctx, host, "", c.http)
-		if err != nil {
-			t.Fatal(err)
+	hosts := []string{"n1.example.com", "n2.example.com", "n3.example.com"}
+	bundles := make([]*providers.Bundle, len(hosts))
+	errs := make([]error, len(hosts))
+	var wg stdsync.WaitGroup
+	for k, host := range hosts {
+		wg.Go(func() { bundles[k], errs[k] = i.Obtain(ctx, host, "", c.http) })
+	}
+	wg.Wait()
+	for k := range hosts {
+		if errs[k] != nil {
+			t.Fatal(errs[k])
 		}
-		serveTLS(t, b, c.IssuingRoots)
+		serveTLS(t, bundles[k], c.IssuingRoots)
 	}
 	if counter.n.Load() == 0 {
 		t.Fatal("Pebble rejected no nonce: the knob did not take")

@@ -225,8 +225,13 @@ func TestManagerSurvivesPebbleChaos(t *testing.T) {
 	m.Set([]Want{{Host: "chaos.example.com", Solver: c.http}})
 	waitFor(t, 40*time.Second, "a certificate through the chaos", func() bool { return len(got.get()) == 1 })
 	serveTLS(t, got.get()[0], c.IssuingRoots)
-	if failed := testutil.ToFloat64(m.metrics.renewals.WithLabelValues("chaos.example.com", resultFailed)); failed != 2 {
-		t.Fatalf("%v failed orders, want the 2 stale answers", failed)
+	// The two stale answers failed (and, rarely, an order whose nonces
+	// were all rejected).
+	if failed := testutil.ToFloat64(m.metrics.renewals.WithLabelValues("chaos.example.com", resultFailed)); failed < 2 {
+		t.Fatalf("%v failed orders, want at least the 2 stale answers", failed)
+	}
+	if p, _, _, _ := c.http.counts(); p < 3 {
+		t.Fatalf("%d presentations, want 3 or more", p)
 	}
 }
 
