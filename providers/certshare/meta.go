@@ -146,7 +146,16 @@ func (m Meta) Marshal() ([]byte, error) {
 		return nil, err
 	}
 	m.normalize()
-	return yaml.Marshal(m)
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 // normalize puts times in UTC and recipients in order, so that a parsed
