@@ -226,7 +226,10 @@ func TestSharedCertKeyNeverInRepo(t *testing.T) {
 	// Packed as well as loose objects are read.
 	git(t, bare, "", "repack", "-a", "-q")
 	block, _ := pem.Decode(b.KeyPEM)
-	d := key.D.FillBytes(make([]byte, 32))
+	d, err := key.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
 	secrets := map[string][]byte{
 		"PEM": b.KeyPEM, "DER": block.Bytes, "base64": []byte(base64.StdEncoding.EncodeToString(block.Bytes)),
 		"a PEM line": []byte(strings.Split(string(b.KeyPEM), "\n")[1]), "scalar": d, "hex scalar": []byte(hex.EncodeToString(d)),

@@ -117,7 +117,10 @@ func bundle(t *testing.T, host string, serial int64) (*providers.Bundle, *ecdsa.
 func secrets(t *testing.T, b *providers.Bundle, key *ecdsa.PrivateKey) [][]byte {
 	t.Helper()
 	block, _ := pem.Decode(b.KeyPEM)
-	d := key.D.FillBytes(make([]byte, 32))
+	d, err := key.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
 	return [][]byte{
 		b.KeyPEM, block.Bytes, []byte(base64.StdEncoding.EncodeToString(block.Bytes)),
 		[]byte(strings.Split(string(b.KeyPEM), "\n")[1]), d, []byte(hex.EncodeToString(d)),
