@@ -300,6 +300,14 @@ func ParseIdentity(pemBytes []byte) (*Identity, error) {
 	return &Identity{id: id, fingerprint: ssh.FingerprintSHA256(signer.PublicKey())}, nil
 }
 
+// String names the identity by its public key's fingerprint: printing
+// an Identity (%v, %+v, %#v, a log attribute) never shows the private key
+// it holds.
+func (i Identity) String() string { return "certshare identity " + i.fingerprint }
+
+// GoString is String, for %#v.
+func (i Identity) GoString() string { return i.String() }
+
 // Fingerprint is the SHA-256 fingerprint of the identity's public key, as
 // cert.yaml lists recipients.
 func (i *Identity) Fingerprint() string { return i.fingerprint }

@@ -9,12 +9,15 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/sha512"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -260,6 +263,24 @@ func TestLoadIdentity(t *testing.T) {
 	pub, _, _, _, _ := ssh.ParseAuthorizedKey([]byte(k.public))
 	if id.Fingerprint() != ssh.FingerprintSHA256(pub) {
 		t.Errorf("fingerprint %s", id.Fingerprint())
+	}
+	// Printed or logged, an identity shows its fingerprint, never its key.
+	raw, err := ssh.ParseRawPrivateKey(k.private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := raw.(*ed25519.PrivateKey).Seed()
+	scalar := sha512.Sum512(seed)
+	var logged bytes.Buffer
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("x", "id", id, "value", *id)
+	printed := fmt.Sprintf("%v %+v %#v %s %v", id, id, id, *id, []any{*id}) + logged.String()
+	for _, secret := range [][]byte{seed, scalar[:32]} {
+		if strings.Contains(printed, fmt.Sprint(secret)) || strings.Contains(printed, fmt.Sprintf("%x", secret)) || strings.Contains(printed, string(secret)) {
+			t.Fatalf("a printed identity shows its key: %s", printed)
+		}
+	}
+	if !strings.Contains(printed, id.Fingerprint()) {
+		t.Errorf("a printed identity does not name its key: %s", printed)
 	}
 	if err := os.WriteFile(file, []byte("not a key"), 0o600); err != nil {
 		t.Fatal(err)
