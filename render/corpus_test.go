@@ -1075,6 +1075,16 @@ spec:
 		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  reportRefPrefix: refs/heads/reports/\n"},
 		want:  []corpusDiag{{"cluster.yaml", 8, 20, "spec.reportRefPrefix", `"refs/heads/reports/" would make reports branches or tags`}},
 	},
+	{
+		name:  "reportRefPrefix over the certificate refs",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  reportRefPrefix: refs/keel/\n"},
+		want:  []corpusDiag{{"cluster.yaml", 8, 20, "spec.reportRefPrefix", `"refs/keel/" overlaps refs/keel/certs/`}},
+	},
+	{
+		name:  "reportRefPrefix under the certificate refs",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  reportRefPrefix: refs/keel/certs/reports/\n"},
+		want:  []corpusDiag{{"cluster.yaml", 8, 20, "spec.reportRefPrefix", `"refs/keel/certs/reports/" overlaps refs/keel/certs/`}},
+	},
 
 	// The inventory.
 	{

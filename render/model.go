@@ -19,6 +19,9 @@ const (
 	DefaultLivenessTTL     = Duration(30e9)
 	DefaultReportInterval  = Duration(10e9)
 	DefaultReportRefPrefix = "refs/keel/reports/"
+	// CertRefPrefix is where the shared certificates are published
+	// (sync.CertRefPrefix); reportRefPrefix may not overlap it.
+	CertRefPrefix = "refs/keel/certs/"
 	DefaultRestartPolicy   = "Always"
 	DefaultCPU             = CPU(1000)
 	DefaultMemory          = Bytes(512 << 20)

@@ -13,13 +13,14 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/providers/certshare"
+	"github.com/keel-dev/keel/render"
 )
 
 // CertRefPrefix is where the shared certificates are published, one ref
 // per Ingress host: refs/keel/certs/<host>. Like the report refs, each is
 // a single commit without parents, force-pushed, so no history grows; it
 // is outside the report prefix, so reading reports never sees one.
-const CertRefPrefix = "refs/keel/certs/"
+const CertRefPrefix = render.CertRefPrefix
 
 // RemoteCertPrefix is where the certificate refs fetched from remote land
 // (refs/keel/remotes/<remote>/certs/<host>), as RemoteReportPrefix is for
