@@ -19,9 +19,6 @@ const (
 	DefaultLivenessTTL     = Duration(30e9)
 	DefaultReportInterval  = Duration(10e9)
 	DefaultReportRefPrefix = "refs/keel/reports/"
-	// CertRefPrefix is where the shared certificates are published
-	// (sync.CertRefPrefix); reportRefPrefix may not overlap it.
-	CertRefPrefix = "refs/keel/certs/"
 	DefaultRestartPolicy   = "Always"
 	DefaultCPU             = CPU(1000)
 	DefaultMemory          = Bytes(512 << 20)
@@ -31,6 +28,10 @@ const (
 	DefaultMaxInstances = 10000
 	MaxInstancesLimit   = 100000
 )
+
+// CertRefPrefix is where the shared certificates are published
+// (sync.CertRefPrefix); reportRefPrefix may not overlap it.
+const CertRefPrefix = "refs/keel/certs/"
 
 // DefaultCommand is what a jail runs when its spec names no command: the
 // image's own init, as a FreeBSD jail started with exec.start does.
