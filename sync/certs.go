@@ -108,9 +108,9 @@ func (m *Mirror) Certs(publishers []string, keys ReportKeys) (map[string]SharedC
 // refs (CertRefPrefix) and on those fetched from remotes
 // (RemoteCertPrefix), keyed by host. A certificate counts only when
 //   - its cert.yaml names the host of its ref, and parses strictly;
-//   - its publisher is one of publishers (the ingress nodes of the
-//     inventory, certshare.IngressNodes): like a report from a node
-//     outside the inventory, anything else is ignored;
+//   - its publisher is one of publishers (the names of the inventory's
+//     render.Model.IngressNodes): like a report from a node outside the
+//     inventory, anything else is ignored;
 //   - when the publisher has a report key in keys, cert.yaml.sig is that
 //     key's signature of cert.yaml (whose bundleSHA256 covers
 //     bundle.age); a publisher without one publishes unsigned, as its

@@ -30,7 +30,6 @@ import (
 	"filippo.io/age/agessh"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/providers"
 	"github.com/keel-dev/keel/render"
 )
@@ -42,26 +41,16 @@ type Recipient struct {
 	Key  string
 }
 
-// IngressNodes returns the ingress nodes of the inventory, sorted by
-// name: those labelled planner.IngressLabel=true, or every node when none
-// is. They are the recipients of the shared certificates and the only
-// nodes whose certificate refs count (sync.ReadCerts).
-func IngressNodes(nodes []render.Node) []render.Node {
-	ingress := slices.DeleteFunc(slices.Clone(nodes), func(n render.Node) bool { return n.Labels[planner.IngressLabel] != "true" })
-	if len(ingress) == 0 {
-		ingress = slices.Clone(nodes)
-	}
+// Recipients returns the recipients of the shared certificates of the
+// inventory m: its ingress nodes (m.IngressNodes) whose reportKey age can
+// encrypt to (ssh-ed25519 or ssh-rsa: render.Node.CanReceiveCertificates),
+// sorted by node. leftOut says, one line per node, which ingress nodes
+// cannot receive shared certificates and why (no reportKey, an ECDSA one);
+// such a node issues its own.
+func Recipients(m *render.Model) (rs []Recipient, leftOut []string) {
+	ingress := m.IngressNodes()
 	slices.SortFunc(ingress, func(a, b render.Node) int { return strings.Compare(a.Name, b.Name) })
-	return ingress
-}
-
-// Recipients returns the recipients of the shared certificates among the
-// inventory nodes: the IngressNodes whose reportKey age can encrypt to
-// (ssh-ed25519 or ssh-rsa), sorted by node. leftOut says, one line per
-// node, which ingress nodes cannot receive shared certificates and why
-// (no reportKey, an ECDSA one); such a node issues its own.
-func Recipients(nodes []render.Node) (rs []Recipient, leftOut []string) {
-	for _, n := range IngressNodes(nodes) {
+	for _, n := range ingress {
 		if n.ReportKey == "" {
 			leftOut = append(leftOut, fmt.Sprintf("node %s has no reportKey: it cannot receive shared certificates and issues its own", n.Name))
 			continue

@@ -21,6 +21,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -301,7 +302,7 @@ func TestRecipients(t *testing.T) {
 		{Name: "n5", ReportKey: ed.public}, // not an ingress node
 		{Name: "n6", Labels: ingress, ReportKey: "ssh-ed25519 garbage"},
 	}
-	got, left := certshare.Recipients(nodes)
+	got, left := certshare.Recipients(&render.Model{Nodes: nodes})
 	if len(got) != 2 || got[0].Node != "n1" || got[1].Node != "n2" || got[1].Key != rs.public {
 		t.Errorf("recipients %v, want n1 and n2", got)
 	}
@@ -310,11 +311,19 @@ func TestRecipients(t *testing.T) {
 		!strings.Contains(left[1], "n4 has no reportKey") || !strings.Contains(left[2], "n6") || strings.Contains(joined, "n5") {
 		t.Errorf("left out %q", left)
 	}
+	// The same verdict as keel validate's (render.Node.CanReceiveCertificates)
+	// for every well-formed key.
+	for _, n := range nodes[:4] {
+		in := slices.ContainsFunc(got, func(r certshare.Recipient) bool { return r.Node == n.Name })
+		if in != n.CanReceiveCertificates() {
+			t.Errorf("node %s: recipient %v, CanReceiveCertificates %v", n.Name, in, n.CanReceiveCertificates())
+		}
+	}
 	// No node labelled: every node is an ingress node.
 	for i := range nodes {
 		nodes[i].Labels = nil
 	}
-	if got, _ := certshare.Recipients(nodes); len(got) != 3 || got[2].Node != "n5" {
+	if got, _ := certshare.Recipients(&render.Model{Nodes: nodes}); len(got) != 3 || got[2].Node != "n5" {
 		t.Errorf("recipients without labels %v, want n1, n2 and n5", got)
 	}
 }
