@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -103,3 +104,15 @@ func EncodeKey(key crypto.Signer) ([]byte, error) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
+
+// String names the certificate, never its key: a bundle printed by
+// mistake (%v, a log line) shows host, serial and expiry only.
+func (b Bundle) String() string {
+	return fmt.Sprintf("certificate for %s (serial %s, issuer %q, expires %s)", b.Host, b.Serial, b.Issuer, b.NotAfter.Format(time.RFC3339))
+}
+
+// GoString is String, for %#v.
+func (b Bundle) GoString() string { return b.String() }
+
+// LogValue is String, for slog.
+func (b Bundle) LogValue() slog.Value { return slog.StringValue(b.String()) }

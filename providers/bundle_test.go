@@ -7,6 +7,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
+	"log/slog"
 	"math/big"
 	"strings"
 	"testing"
@@ -74,6 +76,24 @@ func TestRenewAt(t *testing.T) {
 	} {
 		if got := RenewAt(nb, nb.Add(c.life)); !got.Equal(nb.Add(c.want)) {
 			t.Errorf("life %v: renew at %v, want %v", c.life, got.Sub(nb), c.want)
+		}
+	}
+}
+
+// A bundle printed by mistake never shows its key.
+func TestBundlePrintsNoKey(t *testing.T) {
+	nb := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	chain, key := selfSigned(t, "www.example.com", nb, nb.Add(time.Hour))
+	b, err := ParseBundle("www.example.com", chain, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("x", "cert", b)
+	inner := strings.Split(string(key), "\n")[1]
+	for _, s := range []string{fmt.Sprintf("%v", b), fmt.Sprintf("%+v", b), fmt.Sprintf("%#v", b), fmt.Sprint(*b), logged.String()} {
+		if strings.Contains(s, inner) || strings.Contains(s, "PRIVATE KEY") || strings.Contains(s, fmt.Sprint(key[:20])[1:40]) {
+			t.Errorf("printed the key: %s", s)
 		}
 	}
 }
