@@ -345,6 +345,12 @@ func (s *connSet) remove(c *trackedConn) {
 	s.mu.Unlock()
 }
 
+func (s *connSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
 func (s *connSet) closeAll() {
 	s.mu.Lock()
 	conns := make([]*trackedConn, 0, len(s.m))
