@@ -152,6 +152,10 @@ func TrimProblems(ps []Problem) (out []Problem, dropped int) {
 	return out, dropped
 }
 
+// TrimText shortens s to the MaxProblemText bytes a report's texts (a
+// problem, a certificate's error) may have, ending in "…" when cut.
+func TrimText(s string) string { return cut(s) }
+
 // cut shortens s to at most MaxProblemText bytes, ending in "…" when cut.
 func cut(s string) string {
 	if len(s) <= MaxProblemText {

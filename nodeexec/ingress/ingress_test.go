@@ -128,6 +128,34 @@ func TestHTTPListener(t *testing.T) {
 	}
 }
 
+// An Ingress without tls is served over plain HTTP, with the headers of
+// a plain request; a host with one route that asks for TLS is redirected
+// whole.
+func TestInsecureRoutesServedOverHTTP(t *testing.T) {
+	checkLeaks(t)
+	a := newBackend(t, "a", nil)
+	s := newServer(t, Options{})
+	err := s.SetRoutes([]Route{
+		{Host: "plain.test", Path: "/", Service: "web", Endpoints: []netip.AddrPort{a.addr()}, Insecure: true},
+		{Host: "mixed.test", Path: "/", Service: "web", Endpoints: []netip.AddrPort{a.addr()}, Insecure: true},
+		{Host: "mixed.test", Path: "/secure", Service: "web", Endpoints: []netip.AddrPort{a.addr()}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, s, false)
+	res, body, err := do(c, "http://plain.test/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 || !strings.Contains(body, "a") || a.requests.Load() != 1 {
+		t.Fatalf("plain host: %d %q, backend requests %d", res.StatusCode, body, a.requests.Load())
+	}
+	if res, _, err := do(c, "http://mixed.test/x"); err != nil || res.StatusCode != 308 {
+		t.Fatalf("a host with a TLS route: %v %v, want a redirect", res, err)
+	}
+}
+
 // Hosts match exactly, case-insensitively, without the port; paths match
 // by whole segments, the longest prefix first.
 func TestRouting(t *testing.T) {

@@ -29,6 +29,10 @@ type Route struct {
 	// Endpoints are the Service's ready endpoints, with the backend port.
 	// Empty: requests get 503.
 	Endpoints []netip.AddrPort
+	// Insecure serves the route over plain HTTP (an Ingress without tls)
+	// rather than redirecting to HTTPS. A host is served so when all its
+	// routes are.
+	Insecure bool
 }
 
 // HostStatus is what the ingress serves for one host, for status displays.
@@ -53,6 +57,9 @@ type hostRoutes struct {
 	name    string
 	routes  []*route
 	metrics *hostMetrics
+	// insecure: every route of the host is Insecure, so the HTTP
+	// listener serves it rather than redirecting.
+	insecure bool
 }
 
 // match returns the route of the longest path prefix that p is, or is
@@ -153,7 +160,7 @@ func (s *Server) newTable(routes []Route, old *table) *table {
 	for _, r := range routes {
 		h := t.hosts[r.Host]
 		if h == nil {
-			h = &hostRoutes{name: r.Host}
+			h = &hostRoutes{name: r.Host, insecure: true}
 			if oh := old.host(r.Host); oh != nil {
 				h.metrics = oh.metrics
 			} else {
@@ -169,6 +176,7 @@ func (s *Server) newTable(routes []Route, old *table) *table {
 				}
 			}
 		}
+		h.insecure = h.insecure && r.Insecure
 		h.routes = append(h.routes, s.newRoute(r, prev))
 	}
 	for _, h := range t.hosts {

@@ -57,6 +57,11 @@ func (s *Server) serveHTTPS(w http.ResponseWriter, r *http.Request) {
 		plain(sw, http.StatusNotFound, msgUnknownHost)
 		return
 	}
+	s.forward(sw, r, h)
+}
+
+// forward sends a request for host h to the backend of its route.
+func (s *Server) forward(sw *statusWriter, r *http.Request, h *hostRoutes) {
 	rt := h.match(cleanPath(r.URL.Path))
 	switch {
 	case rt == nil:
@@ -103,6 +108,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// No redirect to a host this node has no certificate for: the
 		// client would only get a failed handshake.
 		plain(sw, http.StatusNotFound, msgUnknownHost)
+		return
+	}
+	if h.insecure {
+		// An Ingress without tls: served over plain HTTP.
+		s.forward(sw, r, h)
 		return
 	}
 	sw.Header().Set("Location", "https://"+host+r.URL.RequestURI())
