@@ -88,6 +88,7 @@ stops the agent cleanly. See docs/agent.md.`,
 	f.StringVar(&ing.https, "ingress-https", "", "serve the Ingresses over HTTPS on this address, e.g. :443 or 127.0.0.1:8443 behind pf")
 	f.StringVar(&ing.directory, "acme-directory", acme.LetsEncrypt, "the ACME directory certificates are ordered from; \"staging\" is Let's Encrypt's staging directory")
 	f.StringVar(&ing.roots, "acme-ca-roots", "", "PEM file of extra roots the ACME directory's TLS certificate may chain to (a private CA, Pebble)")
+	f.DurationVar(&ing.retryMin, "acme-retry-min", 5*time.Minute, "the first wait after a failed ACME order; each next wait doubles, up to a day (within Let's Encrypt's failed-validation limits)")
 	f.DurationVar(&ing.http01Wait, "acme-http01-wait", 0, "how long an HTTP-01 answer published in git is given to reach the other ingress nodes before the CA looks (default two --poll and a second)")
 	f.IntVar(&ing.limits.MaxConns, "ingress-max-conns", ingress.DefaultMaxConns, "client connections each ingress listener holds open at once; further clients wait")
 	f.DurationVar(&ing.limits.HeaderTimeout, "ingress-header-timeout", ingress.DefaultHeaderTimeout, "how long the ingress waits for a TLS handshake and a request's headers")
@@ -258,7 +259,7 @@ stops the agent cleanly. See docs/agent.md.`,
 // ingressFlags are the flags of the ingress and its certificates.
 type ingressFlags struct {
 	http, https, directory, roots string
-	http01Wait                    time.Duration
+	http01Wait, retryMin          time.Duration
 	limits                        ingress.Limits
 }
 
@@ -266,14 +267,14 @@ type ingressFlags struct {
 // options; nil when neither listener is set.
 func (g ingressFlags) options(f interface{ Changed(string) bool }, reportKey string) (*agent.IngressOptions, error) {
 	if g.http == "" && g.https == "" {
-		for _, name := range []string{"acme-directory", "acme-ca-roots", "acme-http01-wait", "ingress-max-conns", "ingress-header-timeout", "ingress-idle-timeout", "ingress-backend-timeout"} {
+		for _, name := range []string{"acme-directory", "acme-ca-roots", "acme-http01-wait", "acme-retry-min", "ingress-max-conns", "ingress-header-timeout", "ingress-idle-timeout", "ingress-backend-timeout"} {
 			if f.Changed(name) {
 				return nil, fmt.Errorf("--%s is for an agent with an ingress (--ingress-http, --ingress-https)", name)
 			}
 		}
 		return nil, nil
 	}
-	o := &agent.IngressOptions{HTTPAddr: g.http, HTTPSAddr: g.https, Directory: g.directory, HTTP01Wait: g.http01Wait, Limits: g.limits}
+	o := &agent.IngressOptions{HTTPAddr: g.http, HTTPSAddr: g.https, Directory: g.directory, HTTP01Wait: g.http01Wait, Limits: g.limits, RetryBase: g.retryMin}
 	if o.Directory == "staging" {
 		o.Directory = acme.LetsEncryptStaging
 	}
@@ -284,6 +285,8 @@ func (g ingressFlags) options(f interface{ Changed(string) bool }, reportKey str
 		return nil, errors.New("--ingress-header-timeout, --ingress-idle-timeout and --ingress-backend-timeout must be positive")
 	case g.http01Wait < 0:
 		return nil, errors.New("--acme-http01-wait must not be negative")
+	case g.retryMin < time.Second:
+		return nil, errors.New("--acme-retry-min must be at least a second")
 	}
 	if g.roots != "" {
 		data, err := readConfigFile(g.roots, 1<<20)

@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +17,10 @@ import (
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/report"
 )
+
+// demoHost is the demo Ingress's host: Pebble's DNS answers it with the
+// nodes' addresses; a client reaches it with curl --resolve.
+const demoHost = "www.keel.test"
 
 // demoFiles are the demo cluster's workloads: repo-example's, on loopback,
 // each instance running keel's own demo-web service.
@@ -53,6 +59,20 @@ spec:
       - name: data
         mountPath: /var/db
 `, keel),
+		"apps/www.yaml": `# HTTPS for the web Service: every ingress node serves it, with one
+# certificate the Ingress's owner obtains (here from a local Pebble) and
+# shares, encrypted to the nodes' report keys, on refs/keel/certs/` + demoHost + `.
+apiVersion: keel/v1
+kind: Ingress
+metadata:
+  name: www
+spec:
+  host: ` + demoHost + `
+  backend:
+    service: web
+  tls:
+    email: demo@keel.invalid
+`,
 		"jails/exporter.yaml": fmt.Sprintf(`apiVersion: keel/v1
 kind: Jail
 metadata:
@@ -93,7 +113,21 @@ was given.`,
 			}
 			defer os.RemoveAll(root)
 		}
-		c, err := localcluster.New(localcluster.Options{Dir: root, Keel: keel, Files: demoFiles(keel)})
+		nodes := []string{"n1", "n2", "n3"}
+		opts := localcluster.Options{Dir: root, Keel: keel, Files: demoFiles(keel), Nodes: nodes, IngressNodes: nodes, ReportKeys: true,
+			NodeArgs: map[string][]string{}}
+		fmt.Fprintln(e.stdout, "keel demo: starting Pebble, a local ACME CA, for the Ingress's certificate...")
+		ing, err := startDemoACME(root, nodes)
+		if err != nil {
+			return fmt.Errorf("the demo's ACME CA (Pebble, built with go from the module proxy): %w", err)
+		}
+		defer ing.peb.Close()
+		for i, n := range nodes {
+			ip := demoNodeIP(i)
+			opts.NodeArgs[n] = []string{"--ingress-http", net.JoinHostPort(ip, strconv.Itoa(ing.http)), "--ingress-https", net.JoinHostPort(ip, strconv.Itoa(ing.https)),
+				"--acme-directory", ing.peb.DirectoryURL, "--acme-ca-roots", ing.dirRoots, "--acme-http01-wait", "3s", "--acme-retry-min", "5s"}
+		}
+		c, err := localcluster.New(opts)
 		if err != nil {
 			return err
 		}
@@ -114,8 +148,17 @@ was given.`,
 		if err != nil {
 			return fmt.Errorf("the demo cluster did not converge (agent logs: %s): %w", filepath.Join(root, "nodes", "*", "agent.log"), err)
 		}
-		fmt.Fprintf(e.stdout, "converged in %s\n\n", time.Since(start).Round(100*time.Millisecond))
+		fmt.Fprintf(e.stdout, "converged in %s\n", time.Since(start).Round(100*time.Millisecond))
+		fmt.Fprintf(e.stdout, "waiting for every node to serve https://%s/ with a certificate from Pebble...\n", demoHost)
+		wctx, cancel = context.WithTimeout(e.ctx, *timeout)
+		err = ing.waitServed(wctx, len(nodes))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("the demo's Ingress is not served over HTTPS (agent logs: %s): %w", filepath.Join(root, "nodes", "*", "agent.log"), err)
+		}
+		fmt.Fprintln(e.stdout)
 		e.printDemo(c, keel)
+		e.printDemoIngress(c, ing)
 		<-e.ctx.Done()
 		return nil
 	}
@@ -168,7 +211,6 @@ Then watch it converge:
   %s node status --state-dir %s
   %s plan --repo %s --reports-remote origin
 
-Press Ctrl-C to stop the demo.
 `, c.Work, shellQuote(keel), shellQuote(keel), c.StateDir(c.Nodes[0]), shellQuote(keel), c.Work)
 }
 
