@@ -187,7 +187,7 @@ stops the agent cleanly. See docs/agent.md.`,
 		reg := prometheus.NewRegistry()
 		a, err := agent.New(agent.Options{
 			Ingress: ingressOpts,
-			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
+			Node:    *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
 			Remote: remote,
 			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch, Trust: trust, ReportSigner: reportSigner,
 			ProxyLimits: proxyLim, MaxParallelOps: *maxParallelOps,

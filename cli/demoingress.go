@@ -168,4 +168,3 @@ next owner takes it over without ordering another:
 	}
 	fmt.Fprintln(e.stdout, "\nPress Ctrl-C to stop the demo.")
 }
-
