@@ -114,12 +114,17 @@ func (c *config) secrets() []string {
 		}
 	}
 	for _, kv := range c.Env {
-		if kv[1] != "" {
+		if kv[1] != "" && credentialName.MatchString(kv[0]) {
 			s = append(s, kv[1])
 		}
 	}
 	return s
 }
+
+// credentialName matches the exec hook's environment variables whose
+// values are blanked out of the hook's output in errors (errorOutput):
+// the others are settings (a zone, a server) that an error may show.
+var credentialName = regexp.MustCompile(`(?i)secret|token|key|pass|cred|auth`)
 
 // field describes one key of the file: which providers take it (none
 // listed: all of them) and how its value is decoded (a message when it is
