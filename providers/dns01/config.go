@@ -102,7 +102,7 @@ type config struct {
 	Env         [][2]string // in file order
 	ErrorOutput bool
 
-	pos map[string]*ConfigError // position of each field written, Msg empty
+	pos map[string]*ConfigError // position of each field's value, Msg empty
 }
 
 // secrets returns the credential values of c, for redaction.
@@ -277,7 +277,7 @@ func parseConfig(file string, data []byte) (*config, error) {
 			continue
 		}
 		seen[name] = true
-		c.pos[name] = &ConfigError{File: file, Line: k.Line, Column: k.Column, Field: name}
+		c.pos[name] = &ConfigError{File: file, Line: v.Line, Column: v.Column, Field: name}
 		if v.Kind == yaml.AliasNode || v.Alias != nil {
 			errorAt(v, name, "aliases are not allowed")
 			continue
