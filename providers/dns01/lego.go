@@ -2,10 +2,12 @@ package dns01
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"time"
 
 	legodns01 "github.com/go-acme/lego/v5/challenge/dns01"
+	legolog "github.com/go-acme/lego/v5/log"
 	"github.com/go-acme/lego/v5/providers/dns/cloudflare"
 	"github.com/go-acme/lego/v5/providers/dns/ovh"
 )
@@ -38,11 +40,16 @@ func (l lego) cleanup(ctx context.Context, ch *challenge) error {
 // zone and follows CNAMEs through a process-wide client (its
 // dns01.DefaultClient), so this is process-wide too: the agent loads one
 // DNS provider, and its resolvers are the ones this package uses itself.
+//
+// lego's logger (also process-wide) writes to stdout, around Keel's
+// logging; what it says on these paths (a CNAME followed) is in this
+// package's errors anyway, so it is silenced.
 func useResolvers(servers []string) {
 	legodns01.SetDefaultClient(legodns01.NewClient(&legodns01.Options{
 		RecursiveNameservers: servers,
 		Timeout:              exchangeTimeout,
 	}))
+	legolog.SetDefault(slog.New(slog.DiscardHandler))
 }
 
 // newHTTPClient returns the client a lego provider gets, and a function

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,10 +181,60 @@ func (f *fakeOVH) config(z *testZone, secret string) string {
 		f.srv.URL, f.appKey, secret, f.consumerKey) + z.propagationSettings(30*time.Second)
 }
 
-// OVH through lego's provider, against the fake API: the request signing
-// is accepted, Present returns once both name servers serve the record
-// (which only a refresh publishes), CleanUp deletes it.
+// OVH through lego's provider, against the fake API, with lego's request
+// dumper asked for in the environment (an operator's debugging switch):
+// it stays off, since it would print the consumer key on stdout.
 func TestOVH(t *testing.T) {
+	t.Setenv("LEGO_DEBUG_DNS_API_HTTP_CLIENT", "true")
+	z := newTestZone(t, "example.test", 2)
+	f := newFakeOVH(t, z)
+	ctx := testCtx(t)
+	const name = "_acme-challenge.www.example.test."
+	stdout := captureStdout(t, func() {
+		p, err := Load(writeConfig(t, f.config(z, f.appSecret)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Present(ctx, "www.example.test", "token.thumbprint"); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.CleanUp(ctx, "www.example.test", "token.thumbprint"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if strings.Contains(stdout, f.consumerKey) || strings.Contains(stdout, "X-Ovh") {
+		t.Errorf("requests were dumped on stdout:\n%.500s", stdout)
+	}
+	f.mu.Lock()
+	if f.refreshes != 2 || len(f.records) != 0 {
+		t.Errorf("the API saw %d refreshes and holds %d records after Present and CleanUp; want 2 and 0", f.refreshes, len(f.records))
+	}
+	f.mu.Unlock()
+}
+
+// captureStdout runs fn with os.Stdout going to a file, and returns what
+// was written.
+func captureStdout(t *testing.T, fn func()) string {
+	t.Helper()
+	tmp, err := os.CreateTemp(t.TempDir(), "stdout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tmp.Close()
+	saved := os.Stdout
+	os.Stdout = tmp
+	defer func() { os.Stdout = saved }()
+	fn()
+	b, err := os.ReadFile(tmp.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// OVH step by step: the record is created, published by a refresh and
+// served by both name servers when Present returns; CleanUp deletes it.
+func TestOVHRecord(t *testing.T) {
 	z := newTestZone(t, "example.test", 2)
 	f := newFakeOVH(t, z)
 	p, err := Load(writeConfig(t, f.config(z, f.appSecret)))
