@@ -58,6 +58,10 @@ func RecordValue(keyAuth string) string {
 // (mode 0600 or stricter); anything else is refused. Errors are
 // *ConfigError values (joined when there are several) with the file, line
 // and column; no error holds a credential.
+//
+// Loading an ovh or cloudflare provider points lego's process-wide DNS
+// client at the file's resolvers (see useResolvers): load one DNS
+// provider per process.
 func Load(path string) (Provider, error) {
 	data, err := readConfig(path)
 	if err != nil {

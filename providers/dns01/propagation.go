@@ -47,21 +47,30 @@ func exchange(ctx context.Context, m *dns.Msg, server string) (*dns.Msg, error) 
 }
 
 // query asks the resolvers in turn for name/qtype (recursion desired) and
-// returns the first answer, whatever its rcode.
+// returns the first answer that is not SERVFAIL or REFUSED (a resolver
+// that cannot help), else the last such answer, else the errors.
 func (r *resolver) query(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(name, qtype)
 	m.SetEdns0(1232, false)
 	var errs []error
+	var last *dns.Msg
 	for _, s := range r.servers {
 		resp, err := exchange(ctx, m, s)
-		if err == nil {
+		if err == nil && resp.Rcode != dns.RcodeServerFailure && resp.Rcode != dns.RcodeRefused {
 			return resp, nil
 		}
-		errs = append(errs, fmt.Errorf("resolver %s: %w", s, err))
+		if err == nil {
+			last = resp
+		} else {
+			errs = append(errs, fmt.Errorf("resolver %s: %w", s, err))
+		}
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	if last != nil {
+		return last, nil
 	}
 	return nil, fmt.Errorf("%s %s: %w", dns.TypeToString[qtype], name, errors.Join(errs...))
 }

@@ -151,3 +151,24 @@ func TestPropagationTimeout(t *testing.T) {
 		t.Errorf("ns2 was asked %d times in 300ms at a 20ms interval: the check did not poll", got)
 	}
 }
+
+// A first resolver that refuses (it serves another zone only) is skipped
+// for the next one.
+func TestResolverFallback(t *testing.T) {
+	t.Parallel()
+	z := newTestZone(t, "example.test", 0)
+	other := newTestZone(t, "other.test", 0)
+	cfg := strings.Replace(rfc2136Config(z, testKeySecret, 10*time.Second),
+		fmt.Sprintf("resolvers: [%q]", z.resolverAddr()),
+		fmt.Sprintf("resolvers: [%q, %q]", other.resolverAddr(), z.resolverAddr()), 1)
+	p, err := Load(writeConfig(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Present(testCtx(t), "www.example.test", "token.thumbprint"); err != nil {
+		t.Fatal(err)
+	}
+	if got := z.served(1, "_acme-challenge.www.example.test."); !slices.Equal(got, []string{RecordValue("token.thumbprint")}) {
+		t.Errorf("ns2 serves %q", got)
+	}
+}
