@@ -189,7 +189,6 @@ func TestOVH(t *testing.T) {
 	z := newTestZone(t, "example.test", 2)
 	f := newFakeOVH(t, z)
 	ctx := testCtx(t)
-	const name = "_acme-challenge.www.example.test."
 	stdout := captureStdout(t, func() {
 		p, err := Load(writeConfig(t, f.config(z, f.appSecret)))
 		if err != nil {
