@@ -55,9 +55,10 @@ func RecordValue(keyAuth string) string {
 // provider and holds its credentials (docs/ingress.md, "DNS providers"),
 // and returns the provider. The file must be a regular file of at most
 // MaxConfigSize bytes that neither group nor others may read or write
-// (mode 0600 or stricter); anything else is refused. Errors are
-// *ConfigError values (joined when there are several) with the file, line
-// and column; no error holds a credential.
+// (mode 0600 or stricter); anything else is refused. Errors about the
+// file and its content are *ConfigError values (joined when there are
+// several) with the file, line and column where there is one; a file that
+// cannot be opened gives the *fs.PathError. No error holds a credential.
 //
 // Loading an ovh or cloudflare provider points lego's process-wide DNS
 // client at the file's resolvers (see useResolvers): load one DNS
