@@ -46,6 +46,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzPushRef$$' -fuzztime=5s ./sync
 	$(GO) test -run='^$$' -fuzz='^FuzzAuthenticate$$' -fuzztime=5s ./sync
 	$(GO) test -run='^$$' -fuzz='^FuzzCommitFS$$' -fuzztime=5s ./sync
+	$(GO) test -run='^$$' -fuzz='^FuzzParseMeta$$' -fuzztime=5s ./providers/certshare
 	$(GO) test -run='^$$' -fuzz='^FuzzParseJails$$' -fuzztime=5s ./nodeexec/freebsd
 	$(GO) test -run='^$$' -fuzz='^FuzzParsePS$$' -fuzztime=5s ./nodeexec/freebsd
 	$(GO) test -run='^$$' -fuzz='^FuzzParseMounts$$' -fuzztime=5s ./nodeexec/freebsd

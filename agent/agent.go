@@ -74,6 +74,8 @@ type Options struct {
 	// destroy) that run at once, off the loop (default
 	// nodeexec.DefaultMaxParallel).
 	MaxParallelOps int
+	// Ingress, when set, runs the node's HTTPS ingress (docs/ingress.md).
+	Ingress *IngressOptions
 }
 
 // Trust is the node-local configuration of commit verification.
@@ -119,7 +121,8 @@ type Agent struct {
 	proxies *proxy.Manager
 	git     *gitWorker
 	pub     *publisher
-	checks  *hostChecks // nil when the driver has no host checks
+	checks  *hostChecks   // nil when the driver has no host checks
+	ing     *ingressState // nil without Options.Ingress
 
 	// Owned by the loop goroutine.
 	applied     *appliedCommit
@@ -209,6 +212,15 @@ func New(opts Options) (*Agent, error) {
 		trigger:   make(chan struct{}, 1),
 		restarted: map[string]int{},
 	}
+	if opts.Ingress != nil {
+		if opts.Ingress.HTTP01Wait == 0 {
+			a.opts.Ingress.HTTP01Wait = 2*opts.Poll + time.Second
+		}
+		if a.ing, err = newIngressState(a.opts); err != nil {
+			_ = rec.Close()
+			return nil, fmt.Errorf("ingress: %w", err)
+		}
+	}
 	if err := a.loadLastGood(); err != nil {
 		a.log.Warn("last good commit unreadable; waiting for the repository", "err", err)
 	}
@@ -248,6 +260,22 @@ func (a *Agent) loadLastGood() error {
 	return nil
 }
 
+// IngressAddrs returns the addresses the ingress listens on, by listener
+// name (ingress-http, ingress-https); nil without an ingress.
+func (a *Agent) IngressAddrs() map[string]string {
+	if a.ing == nil {
+		return nil
+	}
+	out := map[string]string{}
+	if addr := a.ing.server.HTTPAddr(); addr != nil {
+		out["ingress-http"] = addr.String()
+	}
+	if addr := a.ing.server.HTTPSAddr(); addr != nil {
+		out["ingress-https"] = addr.String()
+	}
+	return out
+}
+
 // ReportPrefix is the report ref prefix of the applied commit (safe for
 // concurrent use).
 func (a *Agent) ReportPrefix() string {
@@ -281,6 +309,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit())
 	defer a.pub.close()
 	defer a.proxies.Close()
+	var certChanged chan struct{} // nil without an ingress: never ready
+	if a.ing != nil {
+		defer a.ing.close()
+		certChanged = a.ing.changed
+	}
 	// The loop owns the reconciler: it closes it (cancelling the
 	// operations in flight and saving what they did) before Run returns.
 	defer func() {
@@ -337,6 +370,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			reconcile.Reset(a.opts.Reconcile)
 		case <-a.settle.C:
 			a.publish(ctx, a.opts.Now())
+		case <-certChanged:
+			// A certificate obtained here: say so at once.
+			a.publish(ctx, a.opts.Now())
 		case req := <-a.requests:
 			req.handle(ctx, a)
 		}
@@ -382,8 +418,14 @@ func (a *Agent) onFetch(res fetchResult) bool {
 			a.log.Warn("saving the peers' reports", "err", err)
 		}
 	}
+	if res.certsRead && a.ing != nil {
+		a.ing.takeShared(res.certs, res.certProblems)
+		for _, p := range res.certProblems {
+			a.log.Debug("shared certificate ignored", "problem", p)
+		}
+	}
 	if !res.changedTip {
-		return res.changedReports
+		return res.changedReports || res.certsRead
 	}
 	a.tip = res.commit
 	switch kind, reason := a.admit(res); kind {
@@ -617,6 +659,10 @@ func (a *Agent) pass(ctx context.Context) {
 		plan = &planner.Plan{} // no VIPs, routes nor proxies on a node that left
 	}
 	a.network(ctx, m, plan)
+	if a.ing != nil {
+		a.ing.pub.setRepo(m.Cluster)
+		a.ing.pass(m, plan, leaving)
+	}
 	a.updateInstanceMetrics(m)
 	a.publish(ctx, now)
 }
@@ -705,6 +751,13 @@ func (a *Agent) network(ctx context.Context, m *render.Model, plan *planner.Plan
 	} else {
 		a.proxied = services
 	}
+	if r, ok := a.opts.Driver.(nodeexec.Redirector); ok && a.ing != nil {
+		err := r.SetRedirects(opCtx, a.ing.redirects(m.Node(a.opts.Node)))
+		if msg := fmt.Sprint(err); err != nil && msg != a.ing.redirectErr {
+			a.log.Warn("ingress redirects of ports 80 and 443", "err", err)
+		}
+		a.ing.redirectErr = fmt.Sprint(err)
+	}
 }
 
 // ownReport builds this node's report from what it holds now.
@@ -734,6 +787,9 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 		a.log.Warn("listing volumes", "err", err)
 	}
 	r.Instances, r.Volumes = instances, volumes
+	if a.ing != nil {
+		r.Certificates = a.ing.report()
+	}
 	for _, s := range a.proxied {
 		rs := report.Service{Name: s.Name, VIP: s.VIP.String(), Endpoints: []string{}}
 		for _, ep := range s.Endpoints {

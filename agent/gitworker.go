@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	gosync "sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/keel-dev/keel/providers"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
 	"github.com/keel-dev/keel/sync"
@@ -40,6 +42,11 @@ type fetchResult struct {
 	trustErr error
 	reports  []report.Report
 	problems []string
+	// certsRead is set when the shared certificates were read again (an
+	// agent with an ingress, when their refs or the inventory changed).
+	certsRead    bool
+	certs        map[string]sharedCert
+	certProblems []string
 }
 
 // gitWorker owns the fetch mirrors: every fetch runs on its goroutine, one
@@ -55,11 +62,16 @@ type gitWorker struct {
 	wake chan struct{}
 	mu   gosync.Mutex
 	// Pending work, coalesced: one fetch.
-	wantFetch bool
-	cluster   render.Cluster
-	applied   string // the last applied commit, for the rewind check
-	keys      sync.ReportKeys
-	lastKeys  sync.ReportKeys // the keys the last read of reports used
+	wantFetch    bool
+	cluster      render.Cluster
+	applied      string // the last applied commit, for the rewind check
+	keys         sync.ReportKeys
+	lastKeys     sync.ReportKeys // the keys the last read of reports used
+	model        *render.Model   // the applied commit's, for the ingress nodes
+	lastModel    *render.Model   // the model the last read of certificates used
+	lastCertKeys sync.ReportKeys // and its keys
+	// opened caches the shared certificates opened, by commit.
+	opened map[string]*providers.Bundle
 
 	done chan struct{} // closed when run returns
 }
@@ -71,6 +83,7 @@ func newGitWorker(ctx context.Context, a *Agent) (*gitWorker, error) {
 		opts: a.opts, log: a.log, agent: a,
 		fetched: make(chan fetchResult),
 		wake:    make(chan struct{}, 1), cluster: a.cluster, done: make(chan struct{}),
+		opened: map[string]*providers.Bundle{},
 	}
 	go func() {
 		defer close(w.done)
@@ -86,6 +99,9 @@ func (w *gitWorker) fetch() {
 	w.cluster = w.agent.cluster
 	w.applied = w.agent.appliedCommit()
 	w.keys = w.agent.reportKeys
+	if w.agent.applied != nil {
+		w.model = w.agent.applied.model
+	}
 	w.mu.Unlock()
 	w.poke()
 }
@@ -116,7 +132,7 @@ func (w *gitWorker) run(ctx context.Context) {
 		case <-w.wake:
 		}
 		w.mu.Lock()
-		doFetch, cluster, applied, keys := w.wantFetch, w.cluster, w.applied, w.keys
+		doFetch, cluster, applied, keys, model := w.wantFetch, w.cluster, w.applied, w.keys, w.model
 		w.wantFetch = false
 		w.mu.Unlock()
 		prefix := cluster.ReportRefPrefix
@@ -145,7 +161,7 @@ func (w *gitWorker) run(ctx context.Context) {
 		// than cancelled at shutdown: go-git cannot always abandon a fetch
 		// from a local repository (it kills git-upload-pack, then waits for
 		// its children, which wait for it).
-		res := w.fetchOnce(context.WithoutCancel(ctx), &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys)
+		res := w.fetchOnce(context.WithoutCancel(ctx), &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys, model)
 		res.took, res.started = time.Since(start), started
 		if res.err != nil {
 			notBefore = time.Now().Add(retry.NextBackOff())
@@ -194,7 +210,7 @@ func (w *gitWorker) open(ctx context.Context, m **sync.Mirror, dir string, remot
 	return nil
 }
 
-func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, prev, prevReports *sync.Refs, first bool, applied string, keys sync.ReportKeys) fetchResult {
+func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, prev, prevReports *sync.Refs, first bool, applied string, keys sync.ReportKeys, model *render.Model) fetchResult {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.GitTimeout)
 	defer cancel()
 	if err := w.open(ctx, spec, "repo", w.opts.Remote, prefix); err != nil {
@@ -272,6 +288,20 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 			return fetchResult{err: err, stage: "read"}
 		}
 		res.problems = append(res.problems, reportRefs.Skipped...)
+	}
+	// The shared certificates: read again when their refs, the signing
+	// keys or the inventory (who may publish them) changed, and opened
+	// here, off the loop.
+	if ing := w.opts.Ingress; ing != nil && model == nil && res.model != nil && res.renderErr == nil && res.trustErr == nil {
+		model = res.model
+	}
+	if ing := w.opts.Ingress; ing != nil && (first || !maps.Equal(reportRefs.Certs, prevReports.Certs) || model != w.lastModel || !sameKeys(keys, w.lastCertKeys)) {
+		res.certs, res.certProblems, err = readShared(src, model, keys, ing.Identity, w.opened)
+		if err != nil {
+			return fetchResult{err: err, stage: "read"}
+		}
+		res.certsRead = true
+		w.lastModel, w.lastCertKeys = model, keys
 	}
 	*prev, *prevReports = refs, reportRefs
 	return res

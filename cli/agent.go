@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,8 +24,11 @@ import (
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/fake"
 	"github.com/keel-dev/keel/nodeexec/freebsd"
+	"github.com/keel-dev/keel/nodeexec/ingress"
 	"github.com/keel-dev/keel/nodeexec/process"
 	"github.com/keel-dev/keel/nodeexec/proxy"
+	"github.com/keel-dev/keel/providers/acme"
+	"github.com/keel-dev/keel/providers/certshare"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/sync"
 )
@@ -78,6 +83,16 @@ stops the agent cleanly. See docs/agent.md.`,
 	proxyPerService := f.Int("proxy-max-conns-per-service", proxy.DefaultMaxConnsPerService, "client connections one service proxy holds open at once; further clients wait")
 	proxyMax := f.Int("proxy-max-conns", proxy.DefaultMaxConns, "client connections all service proxies hold open at once; further clients are reset")
 	proxyIdle := f.Duration("proxy-idle-timeout", proxy.DefaultIdleTimeout, "close a proxied connection on which neither side sent anything for this long")
+	var ing ingressFlags
+	f.StringVar(&ing.http, "ingress-http", "", "serve the Ingresses' plain HTTP (redirects to HTTPS, ACME HTTP-01 answers) on this address, e.g. :80 or 127.0.0.1:8080 behind pf")
+	f.StringVar(&ing.https, "ingress-https", "", "serve the Ingresses over HTTPS on this address, e.g. :443 or 127.0.0.1:8443 behind pf")
+	f.StringVar(&ing.directory, "acme-directory", acme.LetsEncrypt, "the ACME directory certificates are ordered from; \"staging\" is Let's Encrypt's staging directory")
+	f.StringVar(&ing.roots, "acme-ca-roots", "", "PEM file of extra roots the ACME directory's TLS certificate may chain to (a private CA, Pebble)")
+	f.DurationVar(&ing.http01Wait, "acme-http01-wait", 0, "how long an HTTP-01 answer published in git is given to reach the other ingress nodes before the CA looks (default two --poll and a second)")
+	f.IntVar(&ing.limits.MaxConns, "ingress-max-conns", ingress.DefaultMaxConns, "client connections each ingress listener holds open at once; further clients wait")
+	f.DurationVar(&ing.limits.HeaderTimeout, "ingress-header-timeout", ingress.DefaultHeaderTimeout, "how long the ingress waits for a TLS handshake and a request's headers")
+	f.DurationVar(&ing.limits.IdleTimeout, "ingress-idle-timeout", ingress.DefaultIdleTimeout, "how long the ingress keeps an idle keep-alive client connection")
+	f.DurationVar(&ing.limits.BackendTimeout, "ingress-backend-timeout", ingress.DefaultBackendTimeout, "how long the ingress waits for a backend's response headers before answering 504")
 	var fbsd freebsdFlags
 	f.StringVar(&fbsd.pool, "pool", freebsd.DefaultPool, "with --driver freebsd: the ZFS pool whose keel/ dataset holds images, jails and volumes")
 	f.StringVar(&fbsd.bridge, "bridge", freebsd.DefaultBridge, "with --driver freebsd: the node's bridge, keel<N>")
@@ -113,6 +128,9 @@ stops the agent cleanly. See docs/agent.md.`,
 			budget.Add("--webhook-max-conns", webhookLim.MaxConns)
 		}
 		budget.Add("2 × --proxy-max-conns", proxyLim.FDs())
+		if ing.http != "" || ing.https != "" {
+			budget.Add("the ingress (--ingress-max-conns)", ing.limits.FDs())
+		}
 		fdLimit, err := budget.Fit()
 		if err != nil {
 			return err
@@ -161,8 +179,13 @@ stops the agent cleanly. See docs/agent.md.`,
 				return fmt.Errorf("--report-key: %w", err)
 			}
 		}
+		ingressOpts, err := ing.options(f, *reportKey)
+		if err != nil {
+			return err
+		}
 		reg := prometheus.NewRegistry()
 		a, err := agent.New(agent.Options{
+			Ingress: ingressOpts,
 			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
 			Remote: remote,
 			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch, Trust: trust, ReportSigner: reportSigner,
@@ -218,10 +241,90 @@ stops the agent cleanly. See docs/agent.md.`,
 			}
 			servers = append(servers, done)
 		}
+		if addr := a.IngressAddrs(); addr != nil {
+			for name, a := range addr {
+				if err := agent.WriteListenFile(abs, name, a); err != nil {
+					return err
+				}
+				logger.Info("ingress listening", "listener", name, "addr", a)
+			}
+		}
 		logger.Info("file descriptors", "limit", fdLimit, "budget", budget.Total())
 		return a.Run(ctx)
 	}
 	return cmd
+}
+
+// ingressFlags are the flags of the ingress and its certificates.
+type ingressFlags struct {
+	http, https, directory, roots string
+	http01Wait                    time.Duration
+	limits                        ingress.Limits
+}
+
+// options checks the ingress flags and returns the agent's ingress
+// options; nil when neither listener is set.
+func (g ingressFlags) options(f interface{ Changed(string) bool }, reportKey string) (*agent.IngressOptions, error) {
+	if g.http == "" && g.https == "" {
+		for _, name := range []string{"acme-directory", "acme-ca-roots", "acme-http01-wait", "ingress-max-conns", "ingress-header-timeout", "ingress-idle-timeout", "ingress-backend-timeout"} {
+			if f.Changed(name) {
+				return nil, fmt.Errorf("--%s is for an agent with an ingress (--ingress-http, --ingress-https)", name)
+			}
+		}
+		return nil, nil
+	}
+	o := &agent.IngressOptions{HTTPAddr: g.http, HTTPSAddr: g.https, Directory: g.directory, HTTP01Wait: g.http01Wait, Limits: g.limits}
+	if o.Directory == "staging" {
+		o.Directory = acme.LetsEncryptStaging
+	}
+	switch l := o.Limits; {
+	case l.MaxConns <= 0:
+		return nil, errors.New("--ingress-max-conns must be positive")
+	case l.HeaderTimeout <= 0 || l.IdleTimeout <= 0 || l.BackendTimeout <= 0:
+		return nil, errors.New("--ingress-header-timeout, --ingress-idle-timeout and --ingress-backend-timeout must be positive")
+	case g.http01Wait < 0:
+		return nil, errors.New("--acme-http01-wait must not be negative")
+	}
+	if g.roots != "" {
+		data, err := readConfigFile(g.roots, 1<<20)
+		if err != nil {
+			return nil, fmt.Errorf("--acme-ca-roots: %w", err)
+		}
+		o.Roots = x509.NewCertPool()
+		if !o.Roots.AppendCertsFromPEM(data) {
+			return nil, fmt.Errorf("--acme-ca-roots: %s holds no PEM certificate", g.roots)
+		}
+	}
+	if reportKey != "" {
+		id, err := certshare.LoadIdentity(reportKey)
+		if err != nil {
+			// An ECDSA key signs reports but cannot open what age sealed:
+			// the node obtains its own certificates (keel validate warns).
+			return o, nil
+		}
+		o.Identity = id
+	}
+	return o, nil
+}
+
+// readConfigFile reads a node-local file given by a flag: a regular file
+// of at most limit bytes, its size checked before it is read.
+func readConfigFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	case fi.Size() > limit:
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d allowed", path, fi.Size(), limit)
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
 }
 
 // fdReserve is how many file descriptors the listeners' clients can never

@@ -6,7 +6,9 @@ package localcluster
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +24,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/keel-dev/keel/agent"
 	"github.com/keel-dev/keel/nodeexec/process"
 	"github.com/keel-dev/keel/render"
@@ -36,8 +40,15 @@ type Options struct {
 	// Keel is the keel binary the agents run.
 	Keel string
 	// Nodes are the node names (default n1, n2, n3); the first is labelled
-	// keel.dev/ingress=true.
+	// keel.dev/ingress=true, unless IngressNodes says otherwise.
 	Nodes []string
+	// IngressNodes are the nodes labelled keel.dev/ingress=true (default:
+	// the first node).
+	IngressNodes []string
+	// ReportKeys gives every node an ed25519 key (<Dir>/keys/<node>): its
+	// public half is the node's reportKey, and its agent signs its reports
+	// with it (--report-key) and opens the shared certificates with it.
+	ReportKeys bool
 	// PodCIDR and ServiceCIDR default to a random pair of /16s of
 	// 127.0.0.0/8, so that clusters running side by side never collide.
 	PodCIDR, ServiceCIDR netip.Prefix
@@ -104,6 +115,9 @@ func New(opts Options) (*Cluster, error) {
 	if opts.Poll == 0 {
 		opts.Poll = 2 * time.Second
 	}
+	if opts.IngressNodes == nil {
+		opts.IngressNodes = opts.Nodes[:1]
+	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, err
@@ -132,6 +146,13 @@ func New(opts Options) (*Cluster, error) {
 	files := map[string]string{"cluster.yaml": c.clusterYAML()}
 	for i, n := range opts.Nodes {
 		files["nodes/"+n+".yaml"] = c.nodeYAML(i, n)
+		if opts.ReportKeys {
+			pub, err := writeKey(c.KeyFile(n))
+			if err != nil {
+				return nil, err
+			}
+			files["nodes/"+n+".yaml"] += "  reportKey: " + pub + "\n"
+		}
 	}
 	for k, v := range opts.Files {
 		files[k] = v
@@ -159,7 +180,7 @@ spec:
 // pod CIDR.
 func (c *Cluster) nodeYAML(i int, name string) string {
 	labels := ""
-	if i == 0 {
+	if slices.Contains(c.IngressNodes, name) {
 		labels = "\n  labels:\n    keel.dev/ingress: \"true\""
 	}
 	b := c.PodCIDR.Addr().As4()
@@ -225,6 +246,33 @@ func (c *Cluster) Commit(msg string, files map[string]string) (string, error) {
 	return c.git(c.Work, "rev-parse", "HEAD")
 }
 
+// KeyFile is where node's private report key is, with ReportKeys.
+func (c *Cluster) KeyFile(node string) string { return filepath.Join(c.Dir, "keys", node) }
+
+// writeKey writes a new ed25519 private key to path (OpenSSH format, 0600)
+// and returns its public half as an authorized_keys line.
+func writeKey(path string) (string, error) {
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return "", err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		return "", err
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))), nil
+}
+
 // StateDir is the state directory of node's agent.
 func (c *Cluster) StateDir(node string) string { return filepath.Join(c.Dir, "nodes", node) }
 
@@ -275,6 +323,9 @@ func (c *Cluster) agentCommand(node string, env []string) *exec.Cmd {
 		"--poll", c.Poll.String(), "--metrics-listen", "127.0.0.1:0", "--reconcile-interval", "1s", "--stop-grace", "3s"}
 	if c.Driver != "" {
 		args = append(args, "--driver", c.Driver)
+	}
+	if c.ReportKeys {
+		args = append(args, "--report-key", c.KeyFile(node))
 	}
 	args = append(args, c.AgentArgs...)
 	args = append(args, c.NodeArgs[node]...)

@@ -136,3 +136,20 @@ type Driver interface {
 	// Name identifies the driver in logs and reports ("process", "fake").
 	Name() string
 }
+
+// Redirector is a driver that can send TCP connections to a port of the
+// node's public interface to a listener of the agent's: the ingress's
+// listeners behind ports 80 and 443 (pf on FreeBSD). SetRedirects replaces
+// every redirect it set before; none removes them all.
+type Redirector interface {
+	SetRedirects(ctx context.Context, redirects []Redirect) error
+}
+
+// Redirect sends TCP connections to Port of the node's public interface's
+// own addresses to To.
+type Redirect struct {
+	// Port is the public port: 80 or 443 for the ingress.
+	Port uint16
+	// To is where connections go: an address of the node and a port.
+	To netip.AddrPort
+}

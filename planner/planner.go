@@ -77,7 +77,7 @@ func SettlePeriod(m *render.Model) time.Duration {
 const maxPerNode = 253
 
 // IngressLabel marks the nodes that should serve Ingresses.
-const IngressLabel = "keel.dev/ingress"
+const IngressLabel = render.IngressLabel
 
 // nodeState is the planner's working view of one node.
 type nodeState struct {
@@ -950,7 +950,9 @@ func (p *planner) ingresses() {
 		ih := hash64(in.Name)
 		var best *nodeState
 		for _, ns := range candidates {
-			if ns.report == nil || !slices.ContainsFunc(ns.report.Certificates, func(c report.Certificate) bool { return c.Host == in.Host }) {
+			if ns.report == nil || !slices.ContainsFunc(ns.report.Certificates, func(c report.Certificate) bool {
+				return c.Host == in.Host && c.Holds(p.plan.ClusterTime)
+			}) {
 				continue
 			}
 			if best == nil || rendezvous(ih, ns.hash) > rendezvous(ih, best.hash) {

@@ -1400,13 +1400,39 @@ func TestStep10PlanID(t *testing.T) {
 		rs := stepsReports(t, m)
 		with := plan(m, rs...)
 		rs[0].Certificates = nil
-		rs[2].Certificates = []report.Certificate{{Host: "www.example.com"}}
+		rs[2].Certificates = []report.Certificate{{Host: "www.example.com", Expires: secs(86400 * 60)}}
 		without := plan(m, rs...)
 		if planIngress(with, "site").Owner != "a" || planIngress(without, "site").Owner != "c" {
 			t.Fatalf("owners %q and %q, want a then c", planIngress(with, "site").Owner, planIngress(without, "site").Owner)
 		}
 		if with.PlanID == without.PlanID {
 			t.Fatalf("plan ID unchanged when the ingress owner changed")
+		}
+	})
+	t.Run("a failed or expired certificate holds nothing", func(t *testing.T) {
+		repo := stepsRepo()
+		repo.Nodes[2].Labels[IngressLabel] = "true"
+		m := repo.model(t)
+		rs := stepsReports(t, m)
+		rs[0].Certificates = nil
+		rendezvous := plan(m, rs...)
+		for _, c := range []report.Certificate{
+			{Host: "www.example.com", Error: "acme: rate limited"},
+			{Host: "www.example.com", Expires: secs(-1)},
+		} {
+			for i := range rs {
+				rs[i].Certificates = nil
+			}
+			// Report it on the node rendezvous hashing does not pick.
+			other := 2
+			if planIngress(rendezvous, "site").Owner == "c" {
+				other = 0
+			}
+			rs[other].Certificates = []report.Certificate{c}
+			got := plan(m, rs...)
+			if o := planIngress(got, "site"); o.Owner != planIngress(rendezvous, "site").Owner || o.Reason == "holds the certificate" {
+				t.Errorf("%+v: owner %s (%s), want %s by rendezvous", c, o.Owner, o.Reason, planIngress(rendezvous, "site").Owner)
+			}
 		}
 	})
 }

@@ -1075,6 +1075,16 @@ spec:
 		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  reportRefPrefix: refs/heads/reports/\n"},
 		want:  []corpusDiag{{"cluster.yaml", 8, 20, "spec.reportRefPrefix", `"refs/heads/reports/" would make reports branches or tags`}},
 	},
+	{
+		name:  "reportRefPrefix over the certificate refs",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  reportRefPrefix: refs/keel/\n"},
+		want:  []corpusDiag{{"cluster.yaml", 8, 20, "spec.reportRefPrefix", `"refs/keel/" overlaps refs/keel/certs/`}},
+	},
+	{
+		name:  "reportRefPrefix under the certificate refs",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  reportRefPrefix: refs/keel/certs/reports/\n"},
+		want:  []corpusDiag{{"cluster.yaml", 8, 20, "spec.reportRefPrefix", `"refs/keel/certs/reports/" overlaps refs/keel/certs/`}},
+	},
 
 	// The inventory.
 	{
@@ -2906,6 +2916,42 @@ spec:
 			corpusEqual(t, "two volume size", corpusInstance(t, m, "two").Spec.Volumes[0].Size, render.Bytes(1<<30))
 			corpusEqual(t, "half", corpusInstance(t, m, "half").Spec.Resources, render.Resources{CPU: 500, Memory: 512 << 20})
 			corpusEqual(t, "milli", corpusInstance(t, m, "milli").Spec.Resources, render.Resources{CPU: 500, Memory: 64 << 20})
+		},
+	},
+	{
+		// Issue 10: shared certificates are encrypted with age to the
+		// ingress nodes' report keys; a node whose key age cannot encrypt
+		// to (or that has none) is warned about, and a node that is not an
+		// ingress node is not.
+		name: "an ingress node that cannot receive shared certificates is warned about",
+		files: map[string]string{
+			"nodes/n1.yaml": strings.Replace(corpusBase["nodes/n1.yaml"], "    disk: ssd\n", "    disk: ssd\n    keel.dev/ingress: \"true\"\n", 1) +
+				"  reportKey: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPDghd51i3iE461GSNFWLl+N8/yUOIWlhfxOZYlsKQIL n1\n",
+			"nodes/n2.yaml": strings.Replace(corpusBase["nodes/n2.yaml"], "  name: n2\n", "  name: n2\n  labels:\n    keel.dev/ingress: \"true\"\n", 1) +
+				"  reportKey: ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBJum8ML2vEBWtEgOMzHfYRbPCq/Uguc3GQJhEdjOGtLOXWVlapoJtzCOafPuzePVPJBQ1j755eS781EU7rzhMe0= n2\n",
+			"nodes/n3.yaml": corpusNode3,
+			"apps/web.yaml": corpusWeb,
+			"ingress/www.yaml": `apiVersion: keel/v1
+kind: Ingress
+metadata:
+  name: www
+spec:
+  host: www.example.com
+  backend:
+    service: web
+  tls:
+    email: ops@example.com
+`,
+		},
+		check: func(t *testing.T, m *render.Model) {
+			var got []string
+			for _, d := range m.Diagnostics {
+				if strings.Contains(d.Message, "shared certificates") {
+					got = append(got, fmt.Sprintf("%s:%d %s", d.Pos.File, d.Pos.Line, d.Field))
+				}
+			}
+			corpusEqual(t, "warnings", got, []string{"nodes/n2.yaml:1 spec.reportKey"})
+			corpusEqual(t, "ingress nodes", len(m.IngressNodes()), 2)
 		},
 	},
 	{

@@ -479,4 +479,16 @@ func (r *renderer) buildIngresses(m *Model) {
 		m.Ingresses = append(m.Ingresses, in)
 	}
 	slices.SortFunc(m.Ingresses, func(a, b Ingress) int { return strings.Compare(a.Name, b.Name) })
+	if slices.ContainsFunc(m.Ingresses, func(in Ingress) bool { return in.TLS != nil }) {
+		for _, n := range m.IngressNodes() {
+			if n.CanReceiveCertificates() {
+				continue
+			}
+			why := "it has no reportKey"
+			if n.ReportKey != "" {
+				why = "its reportKey is not an ssh-ed25519 or ssh-rsa key, the kinds age encrypts to"
+			}
+			r.diag.warnf(n.Source, "spec.reportKey", "node %s serves Ingresses but cannot receive shared certificates (%s): it obtains its own certificate for every host it serves, within the CA's rate limits", n.Name, why)
+		}
+	}
 }

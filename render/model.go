@@ -2,7 +2,9 @@ package render
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
+	"strings"
 )
 
 // Defaults of the Cluster document, as documented in docs/spec.md.
@@ -26,6 +28,10 @@ const (
 	DefaultMaxInstances = 10000
 	MaxInstancesLimit   = 100000
 )
+
+// CertRefPrefix is where the shared certificates are published
+// (sync.CertRefPrefix); reportRefPrefix may not overlap it.
+const CertRefPrefix = "refs/keel/certs/"
 
 // DefaultCommand is what a jail runs when its spec names no command: the
 // image's own init, as a FreeBSD jail started with exec.start does.
@@ -87,6 +93,33 @@ type Node struct {
 	Schedulable bool       `json:"schedulable" yaml:"schedulable"`
 	ReportKey   string     `json:"reportKey,omitempty" yaml:"reportKey,omitempty"`
 	Source      Position   `json:"source" yaml:"source"`
+}
+
+// IngressLabel marks the nodes that serve Ingresses: with the value
+// "true" on any node, only those serve them; on none, every node does.
+const IngressLabel = "keel.dev/ingress"
+
+// IngressNodes returns the nodes that serve Ingresses: those labelled
+// IngressLabel=true, or every node when none is.
+func (m *Model) IngressNodes() []Node {
+	var out []Node
+	for _, n := range m.Nodes {
+		if n.Labels[IngressLabel] == "true" {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return slices.Clone(m.Nodes)
+	}
+	return out
+}
+
+// CanReceiveCertificates reports whether shared certificates can be
+// encrypted to the node: age encrypts to ssh-ed25519 and ssh-rsa keys,
+// not to ECDSA ones, nor to a node without a reportKey.
+func (n Node) CanReceiveCertificates() bool {
+	t, _, _ := strings.Cut(n.ReportKey, " ")
+	return t == "ssh-ed25519" || t == "ssh-rsa"
 }
 
 // Service is a replicated workload behind a virtual IP.

@@ -140,6 +140,17 @@ func CheckName(name string) error {
 	return nil
 }
 
+// CheckHost returns an error when host is not a fully qualified DNS name
+// as an Ingress's spec.host must be (lowercase labels, at most 253
+// characters), for hosts that arrive from elsewhere than a spec file: the
+// shared certificates' refs and metadata.
+func CheckHost(host string) error {
+	if msg := checkHostname(host, true); msg != "" {
+		return errors.New(msg)
+	}
+	return nil
+}
+
 // CheckImage returns an error when image is not a valid image name
 // (base/<name>, never climbing out of base/), for drivers that turn it into
 // a dataset or a path.

@@ -316,6 +316,8 @@ func checkRefPrefix(p string) string {
 		return fmt.Sprintf("%q must start with refs/ and end with /", p)
 	case strings.HasPrefix(p, "refs/heads/") || strings.HasPrefix(p, "refs/tags/"):
 		return fmt.Sprintf("%q would make reports branches or tags; use a namespace such as refs/keel/reports/", p)
+	case strings.HasPrefix(p, CertRefPrefix) || strings.HasPrefix(CertRefPrefix, p):
+		return fmt.Sprintf("%q overlaps %s, where the shared certificates are published: use a namespace such as refs/keel/reports/", p, CertRefPrefix)
 	case strings.Contains(p, "..") || strings.Contains(p, "//") || strings.ContainsAny(p, " ~^:?*[\\\t\n") || strings.Contains(p, "@{"):
 		return fmt.Sprintf("%q is not a valid git ref prefix", p)
 	}

@@ -152,6 +152,10 @@ func TrimProblems(ps []Problem) (out []Problem, dropped int) {
 	return out, dropped
 }
 
+// TrimText shortens s to the MaxProblemText bytes a report's texts (a
+// problem, a certificate's error) may have, ending in "…" when cut.
+func TrimText(s string) string { return cut(s) }
+
 // cut shortens s to at most MaxProblemText bytes, ending in "…" when cut.
 func cut(s string) string {
 	if len(s) <= MaxProblemText {
@@ -217,12 +221,25 @@ type Service struct {
 	Endpoints []string `yaml:"endpoints" json:"endpoints"`
 }
 
-// Certificate is a certificate the node holds for an Ingress host.
+// Certificate is a certificate the node serves for an Ingress host, or
+// the last error of obtaining one. Expires is zero when the node has none.
 type Certificate struct {
 	Host    string    `yaml:"host" json:"host"`
 	Expires time.Time `yaml:"expires" json:"expires"`
-	Error   string    `yaml:"error" json:"error"`
+	// Serial (lowercase hex) and Issuer (the issuer's common name) name
+	// the certificate: nodes that share one report the same serial.
+	Serial string `yaml:"serial,omitempty" json:"serial,omitempty"`
+	Issuer string `yaml:"issuer,omitempty" json:"issuer,omitempty"`
+	Error  string `yaml:"error" json:"error"`
 }
+
+// Holds reports whether c is a certificate valid at now.
+func (c Certificate) Holds(now time.Time) bool {
+	return !c.Expires.IsZero() && c.Expires.After(now)
+}
+
+// MaxCertificates bounds the certificates a report lists.
+const MaxCertificates = 4096
 
 // raw mirrors Report with the typed scalars as text, so that a report
 // written by hand or by another version is read with clear errors. Unknown
@@ -260,6 +277,7 @@ type raw struct {
 var (
 	name    = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	hexRe   = regexp.MustCompile(`^[0-9a-f]*$`)
+	hostRe  = regexp.MustCompile(`^[a-z0-9*]([-a-z0-9.]*[a-z0-9])?$`)
 	maxSize = 4 << 20 // a report larger than this is refused unread
 )
 
@@ -361,6 +379,20 @@ func ParseFile(data []byte) (Report, error) {
 		if !name.MatchString(v.Name) {
 			return Report{}, fmt.Errorf("volumes[%d].name: %q is not a valid name", i, v.Name)
 		}
+	}
+	if len(out.Certificates) > MaxCertificates {
+		return Report{}, fmt.Errorf("certificates: %d listed, more than the %d allowed", len(out.Certificates), MaxCertificates)
+	}
+	for i, c := range out.Certificates {
+		switch {
+		case c.Host == "" || len(c.Host) > 253 || !hostRe.MatchString(c.Host):
+			return Report{}, fmt.Errorf("certificates[%d].host: %.64q is not a host name", i, c.Host)
+		case !hexRe.MatchString(c.Serial) || len(c.Serial) > 64:
+			return Report{}, fmt.Errorf("certificates[%d].serial: want at most 64 lowercase hexadecimal digits", i)
+		case len(c.Issuer) > 256 || len(c.Error) > MaxProblemText:
+			return Report{}, fmt.Errorf("certificates[%d]: issuer may have 256 bytes, error %d", i, MaxProblemText)
+		}
+		out.Certificates[i].Expires = c.Expires.UTC()
 	}
 	return out, nil
 }

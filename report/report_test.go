@@ -266,3 +266,47 @@ func TestTrimProblems(t *testing.T) {
 		t.Fatalf("a report of trimmed problems is refused: %v", err)
 	}
 }
+
+// Issue 10: the certificates a node reports are checked as everything else
+// in a report: a host that is not a host name, a serial that is not hex, an
+// oversize error, or too many entries make the report unreadable; a valid
+// entry reads back with its serial and issuer.
+func TestInvalidCertificates(t *testing.T) {
+	with := func(cs ...report.Certificate) string {
+		r := sample()
+		r.Certificates = cs
+		return string(r.Marshal())
+	}
+	at := time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)
+	ok := report.Certificate{Host: "www.example.com", Expires: at, Serial: "0badcafe", Issuer: "Pebble Intermediate CA"}
+	many := make([]report.Certificate, report.MaxCertificates+1)
+	for i := range many {
+		many[i] = report.Certificate{Host: fmt.Sprintf("h%d.example.com", i)}
+	}
+	cases := []struct{ name, data, want string }{
+		{"empty host", with(report.Certificate{}), "certificates[0].host"},
+		{"host with a slash", with(ok, report.Certificate{Host: "a/../b"}), "certificates[0].host"},
+		{"upper case host", with(report.Certificate{Host: "WWW.example.com"}), "certificates[0].host"},
+		{"serial not hex", with(report.Certificate{Host: "a.example.com", Serial: "zz"}), "certificates[0].serial"},
+		{"oversize error", with(report.Certificate{Host: "a.example.com", Error: strings.Repeat("x", report.MaxProblemText+1)}), "certificates[0]"},
+		{"too many", with(many...), "more than the 4096 allowed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := report.Parse([]byte(c.data), "n1")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+	got, err := report.Parse([]byte(with(ok)), "n1")
+	if err != nil {
+		t.Fatalf("a valid certificate is refused: %v", err)
+	}
+	if len(got.Certificates) != 1 || got.Certificates[0] != ok {
+		t.Fatalf("read back %+v, want %+v", got.Certificates, ok)
+	}
+	if !ok.Holds(at.Add(-time.Second)) || ok.Holds(at) || (report.Certificate{Host: "x.example.com", Error: "failed"}).Holds(at) {
+		t.Error("Holds: want true only for a certificate not yet expired")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path"
@@ -285,37 +286,35 @@ func (m *Mirror) initRepo(dir string) (*git.Repository, error) {
 }
 
 // Refs is what a fetch found: the branch tip (zero when the mirror has no
-// branch) and the report refs.
+// branch), the report refs and the shared certificates' refs.
 type Refs struct {
 	Tip     plumbing.Hash
 	Reports map[string]plumbing.Hash // node → report commit
+	Certs   map[string]plumbing.Hash // host → shared certificate commit
 	// Refused is set when the remote's tip was left out of the fetch (its
 	// objects break the fetch limits); Tip is then what the mirror had.
 	Refused *SkippedRef
-	// Skipped counts the report refs left out, each one node's problem.
+	// Skipped counts the report and certificate refs left out, each one
+	// node's or host's problem.
 	Skipped []string
 }
 
 // Equal reports whether two fetches found the same refs.
 func (r Refs) Equal(o Refs) bool {
-	if r.Tip != o.Tip || len(r.Reports) != len(o.Reports) {
-		return false
-	}
-	for k, v := range r.Reports {
-		if o.Reports[k] != v {
-			return false
-		}
-	}
-	return true
+	return r.Tip == o.Tip && maps.Equal(r.Reports, o.Reports) && maps.Equal(r.Certs, o.Certs)
 }
 
-// Fetch brings the branch (depth 1, following force pushes) and the report
-// refs up to date, and returns them. A ref whose objects break the fetch
+// Fetch brings the branch (depth 1, following force pushes), the report
+// refs and the certificate refs (CertRefPrefix) up to date, deleting those
+// gone from the remote, and returns them. A ref whose objects break the fetch
 // limits (MaxObjectSize, ...) is left out, and the others are fetched
 // around it: see fetchAround.
 func (m *Mirror) Fetch(ctx context.Context) (Refs, error) {
 	if len(m.skipped) == 0 {
-		specs := []config.RefSpec{config.RefSpec("+" + m.reportPrefix + "*:" + m.reportPrefix + "*")}
+		specs := []config.RefSpec{
+			config.RefSpec("+" + m.reportPrefix + "*:" + m.reportPrefix + "*"),
+			config.RefSpec("+" + CertRefPrefix + "*:" + CertRefPrefix + "*"),
+		}
 		if m.remote.Branch != "" {
 			b := plumbing.NewBranchReferenceName(m.remote.Branch)
 			specs = append(specs, config.RefSpec("+"+b.String()+":"+b.String()))
@@ -353,7 +352,8 @@ func (m *Mirror) fetch(ctx context.Context, specs []config.RefSpec, prune bool) 
 	return nil
 }
 
-// fetchAround fetches the branch and the report refs the remote lists,
+// fetchAround fetches the branch, the report and the certificate refs the
+// remote lists,
 // leaving out every ref whose objects break the fetch limits: it fetches
 // them in groups, halving a group that is refused until the refs to leave
 // out are found (a few fetches per bad ref), and remembers those refs at
@@ -376,7 +376,7 @@ func (m *Mirror) fetchAround(ctx context.Context) error {
 	skipped := map[plumbing.ReferenceName]SkippedRef{}
 	for _, r := range listed {
 		name := r.Name()
-		if r.Type() != plumbing.HashReference || (name != branch || m.remote.Branch == "") && !strings.HasPrefix(name.String(), m.reportPrefix) {
+		if r.Type() != plumbing.HashReference || (name != branch || m.remote.Branch == "") && !m.peerRef(name) {
 			continue
 		}
 		present[name] = true
@@ -416,8 +416,9 @@ func (m *Mirror) fetchAround(ctx context.Context) error {
 		return err
 	}
 	m.skipped = skipped
-	// Prune by hand: report refs gone from the remote, and a report left
-	// out (its old content would say the node is as it was).
+	// Prune by hand: report and certificate refs gone from the remote, and
+	// those left out (a report's old content would say the node is as it
+	// was; an old certificate would be served as if it were the newest).
 	local, err := m.repo.References()
 	if err != nil {
 		return err
@@ -425,7 +426,7 @@ func (m *Mirror) fetchAround(ctx context.Context) error {
 	defer local.Close()
 	return local.ForEach(func(r *plumbing.Reference) error {
 		name := r.Name()
-		if !strings.HasPrefix(name.String(), m.reportPrefix) {
+		if !m.peerRef(name) {
 			return nil
 		}
 		if _, left := skipped[name]; present[name] && !left {
@@ -433,6 +434,12 @@ func (m *Mirror) fetchAround(ctx context.Context) error {
 		}
 		return m.repo.Storer.RemoveReference(name)
 	})
+}
+
+// peerRef reports whether name is a ref the nodes publish: a report or a
+// shared certificate.
+func (m *Mirror) peerRef(name plumbing.ReferenceName) bool {
+	return strings.HasPrefix(name.String(), m.reportPrefix) || strings.HasPrefix(name.String(), CertRefPrefix)
 }
 
 // SkippedRef is a ref a fetch left out, at the hash it had, and why.
@@ -450,7 +457,7 @@ func (m *Mirror) depth() int {
 
 // Refs returns what the mirror holds now, without fetching.
 func (m *Mirror) Refs() (Refs, error) {
-	out := Refs{Reports: map[string]plumbing.Hash{}}
+	out := Refs{Reports: map[string]plumbing.Hash{}, Certs: map[string]plumbing.Hash{}}
 	if m.remote.Branch != "" {
 		ref, err := m.repo.Reference(plumbing.NewBranchReferenceName(m.remote.Branch), true)
 		switch {
@@ -464,7 +471,11 @@ func (m *Mirror) Refs() (Refs, error) {
 		if name == plumbing.NewBranchReferenceName(m.remote.Branch) {
 			out.Refused = &s
 		} else {
-			out.Skipped = append(out.Skipped, fmt.Sprintf("report ref %s at %.12s left out of the fetch: %s", name, s.Hash, s.Reason))
+			what := "report ref"
+			if strings.HasPrefix(name.String(), CertRefPrefix) {
+				what = "certificate ref"
+			}
+			out.Skipped = append(out.Skipped, fmt.Sprintf("%s %s at %.12s left out of the fetch: %s", what, name, s.Hash, s.Reason))
 		}
 	}
 	slices.Sort(out.Skipped)
@@ -474,8 +485,13 @@ func (m *Mirror) Refs() (Refs, error) {
 	}
 	defer iter.Close()
 	err = iter.ForEach(func(r *plumbing.Reference) error {
-		if node, ok := strings.CutPrefix(r.Name().String(), m.reportPrefix); ok && r.Type() == plumbing.HashReference {
+		if r.Type() != plumbing.HashReference {
+			return nil
+		}
+		if node, ok := strings.CutPrefix(r.Name().String(), m.reportPrefix); ok {
 			out.Reports[node] = r.Hash()
+		} else if host, ok := strings.CutPrefix(r.Name().String(), CertRefPrefix); ok {
+			out.Certs[host] = r.Hash()
 		}
 		return nil
 	})
@@ -504,6 +520,24 @@ func (m *Mirror) Publish(ctx context.Context, node string, data []byte, when tim
 // PublishSigned is Publish with a detached signature of data, published
 // next to it as report.yaml.sig when not nil.
 func (m *Mirror) PublishSigned(ctx context.Context, node string, data, sig []byte, when time.Time) (plumbing.Hash, error) {
+	files := []publishedFile{{report.FileName, data}}
+	if sig != nil {
+		files = append(files, publishedFile{SigFileName, sig})
+	}
+	return m.publishFiles(ctx, ReportRef(m.reportPrefix, node), files, node, "report of "+node, when)
+}
+
+// publishedFile is a file of a published commit.
+type publishedFile struct {
+	name string
+	data []byte
+}
+
+// publishFiles writes files as the whole tree of a new commit without
+// parents, by node at when, points ref at it and force-pushes ref alone:
+// the reports and the shared certificates are published this way, one ref
+// each, so that no push contends with another node's and no history grows.
+func (m *Mirror) publishFiles(ctx context.Context, ref plumbing.ReferenceName, files []publishedFile, node, message string, when time.Time) (plumbing.Hash, error) {
 	st := m.repo.Storer
 	writeBlob := func(b []byte) (plumbing.Hash, error) {
 		blob := st.NewEncodedObject()
@@ -520,18 +554,16 @@ func (m *Mirror) PublishSigned(ctx context.Context, node string, data, sig []byt
 		}
 		return st.SetEncodedObject(blob)
 	}
-	blobHash, err := writeBlob(data)
-	if err != nil {
-		return plumbing.ZeroHash, err
-	}
-	tree := &object.Tree{Entries: []object.TreeEntry{{Name: report.FileName, Mode: filemode.Regular, Hash: blobHash}}}
-	if sig != nil {
-		sigHash, err := writeBlob(sig)
+	tree := &object.Tree{}
+	for _, f := range files {
+		h, err := writeBlob(f.data)
 		if err != nil {
 			return plumbing.ZeroHash, err
 		}
-		tree.Entries = append(tree.Entries, object.TreeEntry{Name: SigFileName, Mode: filemode.Regular, Hash: sigHash})
+		tree.Entries = append(tree.Entries, object.TreeEntry{Name: f.name, Mode: filemode.Regular, Hash: h})
 	}
+	// git orders a tree's entries by name (files only here: no "/" rule).
+	slices.SortFunc(tree.Entries, func(a, b object.TreeEntry) int { return strings.Compare(a.Name, b.Name) })
 	treeObj := st.NewEncodedObject()
 	if err := tree.Encode(treeObj); err != nil {
 		return plumbing.ZeroHash, err
@@ -541,7 +573,7 @@ func (m *Mirror) PublishSigned(ctx context.Context, node string, data, sig []byt
 		return plumbing.ZeroHash, err
 	}
 	who := object.Signature{Name: "keel " + node, Email: node + "@keel.invalid", When: when.UTC()}
-	commit := &object.Commit{Author: who, Committer: who, Message: "report of " + node + "\n", TreeHash: treeHash}
+	commit := &object.Commit{Author: who, Committer: who, Message: message + "\n", TreeHash: treeHash}
 	commitObj := st.NewEncodedObject()
 	if err := commit.Encode(commitObj); err != nil {
 		return plumbing.ZeroHash, err
@@ -550,7 +582,6 @@ func (m *Mirror) PublishSigned(ctx context.Context, node string, data, sig []byt
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	ref := plumbing.ReferenceName(m.reportPrefix + node)
 	if err := st.SetReference(plumbing.NewHashReference(ref, commitHash)); err != nil {
 		return plumbing.ZeroHash, err
 	}
@@ -558,7 +589,7 @@ func (m *Mirror) PublishSigned(ctx context.Context, node string, data, sig []byt
 		RemoteName: "origin", RefSpecs: []config.RefSpec{config.RefSpec("+" + ref.String() + ":" + ref.String())}, Auth: m.auth, Force: true,
 	})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return plumbing.ZeroHash, fmt.Errorf("push report to %s: %w", Redacted(m.remote.URL), RedactURL(err))
+		return plumbing.ZeroHash, fmt.Errorf("push %s to %s: %w", ref, Redacted(m.remote.URL), RedactURL(err))
 	}
 	m.fetched()
 	return commitHash, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
@@ -89,42 +90,20 @@ func ReadVerifiedReports(repo *git.Repository, prefix string, keys ReportKeys) (
 const (
 	MaxReportSize    = 4 << 20
 	MaxSignatureSize = 64 << 10
-	// maxReportTree bounds the tree of a report commit, which holds two
-	// entries.
-	maxReportTree = 4 << 10
+	// maxPublishedTree bounds the tree of a report commit (two entries)
+	// or a certificate commit (three).
+	maxPublishedTree = 4 << 10
 )
 
 // readReport reads report.yaml from the commit h, published for node, and
 // checks its signature when the node has a report key. Every object is
 // refused from its header when it is larger than it can be.
 func readReport(repo *git.Repository, h plumbing.Hash, node string, keys ReportKeys) (report.Report, error) {
-	s := repo.Storer
-	c, err := readCommit(s, h)
+	files, err := openPublished(repo, h)
 	if err != nil {
-		return report.Report{}, fmt.Errorf("read commit: %w", err)
+		return report.Report{}, err
 	}
-	if err := checkSize(s, c.TreeHash, maxReportTree); err != nil {
-		return report.Report{}, fmt.Errorf("read tree: %w", err)
-	}
-	tree, err := object.GetTree(s, c.TreeHash)
-	if err != nil {
-		return report.Report{}, fmt.Errorf("read tree: %w", err)
-	}
-	read := func(name string, max int64) ([]byte, error) {
-		e, err := tree.FindEntry(name)
-		if err != nil {
-			return nil, err
-		}
-		if e.Mode != filemode.Regular && e.Mode != filemode.Executable {
-			return nil, fmt.Errorf("%s: %w", name, render.ErrNotRegular)
-		}
-		data, err := readBlob(s, e.Hash, max)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		return data, nil
-	}
-	data, err := read(report.FileName, MaxReportSize)
+	data, err := files.read(report.FileName, MaxReportSize)
 	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
 		return report.Report{}, fmt.Errorf("no %s in commit %s", report.FileName, h)
 	}
@@ -132,7 +111,7 @@ func readReport(repo *git.Repository, h plumbing.Hash, node string, keys ReportK
 		return report.Report{}, err
 	}
 	if key := keys[node]; key != nil {
-		sig, err := read(SigFileName, MaxSignatureSize)
+		sig, err := files.read(SigFileName, MaxSignatureSize)
 		if err != nil && !errors.Is(err, object.ErrEntryNotFound) {
 			return report.Report{}, err
 		}
@@ -141,6 +120,48 @@ func readReport(repo *git.Repository, h plumbing.Hash, node string, keys ReportK
 		}
 	}
 	return report.Parse(data, node)
+}
+
+// published is the tree of a commit a node published (a report, a shared
+// certificate), read file by file within bounds.
+type published struct {
+	s    storer.EncodedObjectStorer
+	tree *object.Tree
+}
+
+// openPublished reads the commit h and its tree, each refused from its
+// header when larger than it can be.
+func openPublished(repo *git.Repository, h plumbing.Hash) (published, error) {
+	s := repo.Storer
+	c, err := readCommit(s, h)
+	if err != nil {
+		return published{}, fmt.Errorf("read commit: %w", err)
+	}
+	if err := checkSize(s, c.TreeHash, maxPublishedTree); err != nil {
+		return published{}, fmt.Errorf("read tree: %w", err)
+	}
+	tree, err := object.GetTree(s, c.TreeHash)
+	if err != nil {
+		return published{}, fmt.Errorf("read tree: %w", err)
+	}
+	return published{s: s, tree: tree}, nil
+}
+
+// read returns the file name, a regular file of at most max bytes; a
+// missing one is object.ErrEntryNotFound.
+func (p published) read(name string, max int64) ([]byte, error) {
+	e, err := p.tree.FindEntry(name)
+	if err != nil {
+		return nil, err
+	}
+	if e.Mode != filemode.Regular && e.Mode != filemode.Executable {
+		return nil, fmt.Errorf("%s: %w", name, render.ErrNotRegular)
+	}
+	data, err := readBlob(p.s, e.Hash, max)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return data, nil
 }
 
 // FetchReports fetches the report refs of remote into RemoteReportPrefix,

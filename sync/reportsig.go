@@ -55,15 +55,28 @@ func LoadReportSigner(file string) (ssh.Signer, error) {
 
 // SignReport returns the armored sshsig signature of a report.
 func SignReport(data []byte, signer ssh.Signer) ([]byte, error) {
-	sig, err := sshsig.Sign(bytes.NewReader(data), signer, sshsig.HashSHA512, ReportNamespace)
+	return sign(data, signer, ReportNamespace)
+}
+
+// VerifyReport checks a report's detached signature against the node's key.
+func VerifyReport(data, sig []byte, key ssh.PublicKey) error {
+	return verify(data, sig, key, ReportNamespace)
+}
+
+// sign returns the armored sshsig signature of data by a node's report
+// key, in namespace (one per kind of file, so that no signature passes
+// for another kind's).
+func sign(data []byte, signer ssh.Signer, namespace string) ([]byte, error) {
+	sig, err := sshsig.Sign(bytes.NewReader(data), signer, sshsig.HashSHA512, namespace)
 	if err != nil {
 		return nil, err
 	}
 	return sshsig.Armor(sig), nil
 }
 
-// VerifyReport checks a report's detached signature against the node's key.
-func VerifyReport(data, sig []byte, key ssh.PublicKey) error {
+// verify checks a detached signature of data in namespace against a
+// node's report key.
+func verify(data, sig []byte, key ssh.PublicKey, namespace string) error {
 	if len(sig) == 0 {
 		return errors.New("not signed, but the node has a reportKey")
 	}
@@ -71,7 +84,7 @@ func VerifyReport(data, sig []byte, key ssh.PublicKey) error {
 	if err != nil {
 		return fmt.Errorf("unreadable signature: %w", err)
 	}
-	if err := sshsig.Verify(bytes.NewReader(data), s, key, s.HashAlgorithm, ReportNamespace); err != nil {
+	if err := sshsig.Verify(bytes.NewReader(data), s, key, s.HashAlgorithm, namespace); err != nil {
 		return fmt.Errorf("bad signature: %w", err)
 	}
 	return nil

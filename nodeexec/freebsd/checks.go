@@ -13,7 +13,10 @@ import (
 // names of report.Checks).
 type Problem = nodeexec.HostProblem
 
-var _ nodeexec.HostChecker = (*Driver)(nil)
+var (
+	_ nodeexec.HostChecker = (*Driver)(nil)
+	_ nodeexec.Redirector  = (*Driver)(nil)
+)
 
 // Check implements nodeexec.HostChecker: what on this host would stop the
 // driver from working, each with its fix (docs/freebsd-notes.md §0, §4.8,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path"
 	"slices"
@@ -30,12 +29,7 @@ const PFRulesFile = "/usr/local/etc/keel/pf-keel.conf"
 
 // Redirect sends TCP connections to a port of the public interface's own
 // addresses to a listener of the agent's (its ingress).
-type Redirect struct {
-	// Port is the public port: 80 or 443 for the ingress.
-	Port uint16
-	// To is where connections go: an address of the node and a port.
-	To netip.AddrPort
-}
+type Redirect = nodeexec.Redirect
 
 // SetRedirects makes the anchor PFAnchor hold exactly one rule per
 // redirect, in port order:

@@ -21,6 +21,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/keel-dev/keel/internal/reuseport"
+	"github.com/keel-dev/keel/internal/roundrobin"
 )
 
 // Defaults for Options.
@@ -152,8 +155,8 @@ type service struct {
 	name      string
 	addr      netip.AddrPort
 	ln        *net.TCPListener
-	endpoints atomic.Pointer[endpointSet] // swapped whole by Set
-	next      atomic.Uint64               // round-robin counter
+	endpoints atomic.Pointer[roundrobin.Set] // swapped whole by Set
+	next      atomic.Uint64                  // round-robin counter
 	metrics   serviceMetrics
 	// slots holds one token per client connection of this Service open
 	// (Limits.MaxConnsPerService); closed listeners free their waiters
@@ -294,7 +297,7 @@ func (m *Manager) Close() {
 
 // start opens s's listener and starts its accept loop.
 func (m *Manager) start(s Service) (*service, error) {
-	ln, err := listen(m.ctx, s.addr())
+	ln, err := reuseport.Listen(m.ctx, s.addr().String())
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +324,7 @@ func (m *Manager) stop(r *service) {
 }
 
 func (r *service) setEndpoints(addrs []netip.AddrPort) {
-	r.endpoints.Store(newEndpointSet(addrs, r.endpoints.Load()))
+	r.endpoints.Store(roundrobin.NewSet(addrs, r.endpoints.Load()))
 	r.metrics.endpoints.Set(float64(len(addrs)))
 }
 

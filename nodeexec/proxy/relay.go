@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/keel-dev/keel/internal/roundrobin"
 )
 
 var errNoEndpoints = errors.New("no endpoints")
@@ -59,36 +61,36 @@ func (m *Manager) handle(r *service, client *net.TCPConn) {
 // round-robin order and, if that fails, once more to the next one after it.
 func (m *Manager) dial(r *service) (*net.TCPConn, error) {
 	set := r.endpoints.Load()
-	n := len(set.eps)
+	n := len(set.Endpoints)
 	if n == 0 {
 		return nil, errNoEndpoints
 	}
 	now := m.now()
-	i := set.pick(r.next.Add(1)-1, now)
-	c, err := m.dialEndpoint(r, set.eps[i])
+	i := set.Pick(r.next.Add(1)-1, now)
+	c, err := m.dialEndpoint(r, set.Endpoints[i])
 	if err == nil || n == 1 || m.ctx.Err() != nil {
 		return c, err
 	}
-	j := set.after(i, m.now())
-	c, err2 := m.dialEndpoint(r, set.eps[j])
+	j := set.After(i, m.now())
+	c, err2 := m.dialEndpoint(r, set.Endpoints[j])
 	if err2 != nil {
 		return nil, errors.Join(err, err2)
 	}
 	return c, nil
 }
 
-func (m *Manager) dialEndpoint(r *service, ep *endpoint) (*net.TCPConn, error) {
-	c, err := m.dialer.DialContext(m.ctx, "tcp", ep.addr.String())
+func (m *Manager) dialEndpoint(r *service, ep *roundrobin.Endpoint) (*net.TCPConn, error) {
+	c, err := m.dialer.DialContext(m.ctx, "tcp", ep.Addr.String())
 	if err != nil {
 		if m.ctx.Err() == nil { // not our own shutdown
 			r.metrics.dialErrors.Inc()
-			if ep.markDown(m.now(), int64(m.unhealthyFor)) {
-				m.log.Warn("proxy endpoint unhealthy", "service", r.name, "endpoint", ep.addr, "for", m.unhealthyFor, "err", err)
+			if ep.MarkDown(m.now(), int64(m.unhealthyFor)) {
+				m.log.Warn("proxy endpoint unhealthy", "service", r.name, "endpoint", ep.Addr, "for", m.unhealthyFor, "err", err)
 			}
 		}
 		return nil, err
 	}
-	ep.markUp()
+	ep.MarkUp()
 	return c.(*net.TCPConn), nil
 }
 

@@ -6,8 +6,12 @@ import (
 	"crypto/rand"
 	"testing"
 
+	keelacme "github.com/keel-dev/keel/providers/acme"
 	"golang.org/x/crypto/acme"
 )
+
+// A Provider is what providers/acme's DNS-01 solver takes.
+var _ keelacme.DNSProvider = Provider(nil)
 
 // RecordValue(keyAuth) is the value x/crypto/acme computes from the token
 // and the account key, so the ACME side may pass either.

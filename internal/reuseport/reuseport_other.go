@@ -1,6 +1,6 @@
 //go:build unix && !freebsd
 
-package proxy
+package reuseport
 
 import "golang.org/x/sys/unix"
 

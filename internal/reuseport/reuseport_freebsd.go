@@ -1,4 +1,4 @@
-package proxy
+package reuseport
 
 import "golang.org/x/sys/unix"
 
