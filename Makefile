@@ -53,6 +53,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseZFSList$$' -fuzztime=5s ./nodeexec/freebsd
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSysctl$$' -fuzztime=5s ./nodeexec/freebsd
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRctl$$' -fuzztime=5s ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParseConfig$$' -fuzztime=5s ./providers/dns01
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
