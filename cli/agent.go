@@ -29,6 +29,7 @@ import (
 	"github.com/keel-dev/keel/nodeexec/proxy"
 	"github.com/keel-dev/keel/providers/acme"
 	"github.com/keel-dev/keel/providers/certshare"
+	"github.com/keel-dev/keel/providers/dns01"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/sync"
 )
@@ -87,6 +88,7 @@ stops the agent cleanly. See docs/agent.md.`,
 	f.StringVar(&ing.http, "ingress-http", "", "serve the Ingresses' plain HTTP (redirects to HTTPS, ACME HTTP-01 answers) on this address, e.g. :80 or 127.0.0.1:8080 behind pf")
 	f.StringVar(&ing.https, "ingress-https", "", "serve the Ingresses over HTTPS on this address, e.g. :443 or 127.0.0.1:8443 behind pf")
 	f.StringVar(&ing.directory, "acme-directory", acme.LetsEncrypt, "the ACME directory certificates are ordered from; \"staging\" is Let's Encrypt's staging directory")
+	f.StringVar(&ing.dns, "dns-provider", "", "file naming the DNS provider and its credentials (docs/ingress.md): certificates are then obtained over DNS-01 rather than HTTP-01")
 	f.StringVar(&ing.roots, "acme-ca-roots", "", "PEM file of extra roots the ACME directory's TLS certificate may chain to (a private CA, Pebble)")
 	f.DurationVar(&ing.retryMin, "acme-retry-min", 5*time.Minute, "the first wait after a failed ACME order; each next wait doubles, up to a day (within Let's Encrypt's failed-validation limits)")
 	f.DurationVar(&ing.http01Wait, "acme-http01-wait", 0, "how long an HTTP-01 answer published in git is given to reach the other ingress nodes before the CA looks (default two --poll and a second)")
@@ -258,16 +260,16 @@ stops the agent cleanly. See docs/agent.md.`,
 
 // ingressFlags are the flags of the ingress and its certificates.
 type ingressFlags struct {
-	http, https, directory, roots string
-	http01Wait, retryMin          time.Duration
-	limits                        ingress.Limits
+	http, https, directory, roots, dns string
+	http01Wait, retryMin               time.Duration
+	limits                             ingress.Limits
 }
 
 // options checks the ingress flags and returns the agent's ingress
 // options; nil when neither listener is set.
 func (g ingressFlags) options(f interface{ Changed(string) bool }, reportKey string) (*agent.IngressOptions, error) {
 	if g.http == "" && g.https == "" {
-		for _, name := range []string{"acme-directory", "acme-ca-roots", "acme-http01-wait", "acme-retry-min", "ingress-max-conns", "ingress-header-timeout", "ingress-idle-timeout", "ingress-backend-timeout"} {
+		for _, name := range []string{"acme-directory", "acme-ca-roots", "acme-http01-wait", "acme-retry-min", "dns-provider", "ingress-max-conns", "ingress-header-timeout", "ingress-idle-timeout", "ingress-backend-timeout"} {
 			if f.Changed(name) {
 				return nil, fmt.Errorf("--%s is for an agent with an ingress (--ingress-http, --ingress-https)", name)
 			}
@@ -297,6 +299,13 @@ func (g ingressFlags) options(f interface{ Changed(string) bool }, reportKey str
 		if !o.Roots.AppendCertsFromPEM(data) {
 			return nil, fmt.Errorf("--acme-ca-roots: %s holds no PEM certificate", g.roots)
 		}
+	}
+	if g.dns != "" {
+		p, err := dns01.Load(g.dns)
+		if err != nil {
+			return nil, fmt.Errorf("--dns-provider: %w", err)
+		}
+		o.DNS = p
 	}
 	if reportKey != "" {
 		id, err := certshare.LoadIdentity(reportKey)

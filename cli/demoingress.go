@@ -158,13 +158,15 @@ func (e *env) printDemoIngress(c *localcluster.Cluster, d *demoACME) {
 			shellQuote(d.issuingRoots), demoHost, d.https, demoNodeIP(i), demoHost, d.https)
 	}
 	if owner != "" {
+		other := demoNodeIP((slices.Index(d.nodes, owner) + 1) % len(d.nodes))
 		fmt.Fprintf(e.stdout, `
 %s obtained it and shared it, sealed to the nodes' keys, on refs/keel/certs/%s.
 Kill its agent: the other nodes keep serving the same certificate, and the
 next owner takes it over without ordering another:
   kill -9 %d
-  curl -v --cacert %s --resolve %s:%d:%s https://%s:%d/ 2>&1 | grep -E 'serial|hello'
-`, owner, demoHost, c.PID(owner), shellQuote(d.issuingRoots), demoHost, d.https, demoNodeIP((slices.Index(d.nodes, owner)+1)%len(d.nodes)), demoHost, d.https)
+  curl --cacert %s --resolve %s:%d:%s https://%s:%d/
+  openssl s_client -connect %s:%d -servername %s </dev/null 2>/dev/null | openssl x509 -noout -serial
+`, owner, demoHost, c.PID(owner), shellQuote(d.issuingRoots), demoHost, d.https, other, demoHost, d.https, other, d.https, demoHost)
 	}
 	fmt.Fprintln(e.stdout, "\nPress Ctrl-C to stop the demo.")
 }
