@@ -80,6 +80,18 @@ func (s *certStore) Offer(b *providers.Bundle) (bool, error) {
 	return true, nil
 }
 
+// Withdraw stops serving host's certificate if its serial is serial,
+// and reports whether it did.
+func (s *certStore) Withdraw(host, serial string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.certs[host]; ok && c.bundle.Serial == serial {
+		delete(s.certs, host)
+		return true
+	}
+	return false
+}
+
 // Retain forgets the certificates of the hosts keep does not hold.
 func (s *certStore) Retain(keep func(host string) bool) {
 	s.mu.Lock()

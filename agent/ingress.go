@@ -193,7 +193,22 @@ func readShared(m *sync.Mirror, model *render.Model, keys sync.ReportKeys, id *c
 // takeShared takes in the shared certificates of a fetch (on the loop):
 // those opened are offered to the store, and the HTTP-01 answers their
 // publishers ask for are served.
+//
+// A shared certificate whose ref was deleted since the last read is
+// withdrawn (the operator's way to force a new key, docs/ingress.md):
+// every node stops serving it, and its owner orders a new one.
 func (st *ingressState) takeShared(shared map[string]sharedCert, problems []string) {
+	for host, old := range st.shared {
+		if _, ok := shared[host]; ok || old.Meta.Certificate == nil {
+			continue
+		}
+		if st.certs.Withdraw(host, old.Meta.Certificate.Serial) {
+			st.log.Warn("the shared certificate was deleted from git: no longer served; its owner orders a new one",
+				"host", host, "serial", old.Meta.Certificate.Serial)
+			st.acme.Forget(host)
+			st.pub.forget(host)
+		}
+	}
 	st.shared, st.problems = shared, problems
 	answers := map[string]string{}
 	for _, c := range shared {
@@ -465,6 +480,14 @@ func (p *certPublisher) setKnown(shared map[string]sharedCert) {
 			p.known[host] = c.Sealed
 		}
 	}
+}
+
+// forget drops the copy of host's shared certificate it knew (one
+// withdrawn).
+func (p *certPublisher) forget(host string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.known, host)
 }
 
 // publishBundle seals b to rs and publishes it, with the HTTP-01 answers

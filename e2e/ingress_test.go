@@ -154,6 +154,31 @@ func TestIngressSharedCertificate(t *testing.T) {
 	if issued := c.renewals(newOwner, "issued"); issued != 0 {
 		t.Fatalf("the new owner %s issued %v certificates after the failover, want 0 (the shared one is reused)", newOwner, issued)
 	}
+
+	// The operator deletes the shared copy to force a new key: every node
+	// stops serving the old certificate, and the owner orders a new one.
+	ref, err := sync.CertRef(ingressHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("git", "-C", c.Bare, "update-ref", "-d", ref.String()).CombinedOutput(); err != nil {
+		t.Fatalf("delete %s: %v: %s", ref, err, out)
+	}
+	c.waitFor("the nodes alive serve a new certificate", func() (bool, string) {
+		for _, n := range alive {
+			s, _, err := httpsGet(c.ctx, nodeIP(nodes, n), httpsPort, peb.IssuingRoots)
+			if err != nil {
+				return false, n + ": " + err.Error()
+			}
+			if s == serial {
+				return false, n + " still serves the withdrawn certificate " + s
+			}
+		}
+		return true, ""
+	})
+	if issued := c.renewals(newOwner, "issued"); issued != 1 {
+		t.Fatalf("the owner %s issued %v certificates after the shared one was withdrawn, want 1", newOwner, issued)
+	}
 }
 
 // freePort returns a TCP port free on the loopback addresses now.

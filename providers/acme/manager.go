@@ -238,6 +238,26 @@ func (h *host) setCurrentLocked(m *Manager) {
 	}
 }
 
+// Forget drops the certificate the Manager holds as host's current (one
+// withdrawn: its shared copy deleted to force a new key), so that it is
+// due at once: an order starts unless the next Set brings another.
+func (m *Manager) Forget(host string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.hosts[host]
+	if h == nil {
+		return
+	}
+	h.current = nil
+	h.want.Current = nil
+	h.status.NotAfter, h.status.Issuer, h.status.Serial = time.Time{}, "", ""
+	m.metrics.expiry.DeleteLabelValues(host)
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
 // Status returns every host's status, sorted by host.
 func (m *Manager) Status() []HostStatus {
 	m.mu.Lock()
