@@ -5,12 +5,15 @@
 #
 #   bench/ingress.sh
 #
-# It installs what it lacks with apt-get (wrk, nginx-light, caddy;
-# Caddy is skipped where Debian does not package it), builds keel's side
-# (bench/ingressbench) with go, and prints one Markdown table:
+# It installs what it lacks with apt-get (wrk, nghttp2-client for h2load,
+# nginx-light, caddy; Caddy is skipped where Debian does not package it),
+# builds keel's side (bench/ingressbench) with go, and prints one Markdown
+# table:
 #
 #   keep-alive:    wrk, HTTP/1.1 over kept-alive TLS connections, small
 #                  answers: requests/s, p50, p99
+#   HTTP/2:        h2load, H2CONNS connections (default 10) of H2STREAMS
+#                  concurrent streams each (default 10): requests/s
 #   resumed TLS:   wrk with "Connection: close": a new connection per
 #                  request; wrk resumes its TLS session (a TLS 1.3 PSK
 #                  handshake with a fresh key exchange, no certificate)
@@ -22,13 +25,16 @@
 #
 # On a machine of 2 or more cores the server under test runs on CPU 1 and
 # everything else (load generator, backend) on CPU 0, so every server gets
-# the same one core. Knobs (environment): DURATION (default 10s), CONNS
-# (concurrent connections, default 50), RUNS (each figure is the median of
-# RUNS runs, default 3), PORT_BASE (default 18400).
+# the same one core. Knobs (environment): DURATION (whole seconds, default
+# 10s), CONNS (concurrent connections of wrk and ingressbench, default 50),
+# H2CONNS, H2STREAMS, RUNS (each figure is the median of RUNS runs, default
+# 3), PORT_BASE (default 18400).
 set -euo pipefail
 
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
+H2CONNS=${H2CONNS:-10}
+H2STREAMS=${H2STREAMS:-10}
 RUNS=${RUNS:-3}
 PORT_BASE=${PORT_BASE:-18400}
 HOST=localhost # resolves to 127.0.0.1 everywhere, and is an SNI name
@@ -37,7 +43,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 # --- tools -----------------------------------------------------------------
 missing=()
-for t in wrk:wrk nginx:nginx-light caddy:caddy; do
+for t in wrk:wrk h2load:nghttp2-client nginx:nginx-light caddy:caddy; do
 	command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
 done
 if ((${#missing[@]})); then
@@ -91,6 +97,9 @@ error_log $work/nginx/logs/error.log warn;
 events { worker_connections 4096; }
 http {
 	access_log off;
+	# nginx closes a connection after 1,000 requests by default (HTTP/2
+	# too), which h2load does not survive and Keel does not do.
+	keepalive_requests 1000000;
 	client_body_temp_path $work/nginx/body;
 	proxy_temp_path $work/nginx/proxy;
 	fastcgi_temp_path $work/nginx/fastcgi;
@@ -206,6 +215,20 @@ resumed() { # port pid -> "conns/s cpu_us"
 	echo "$(printf '%s\n' "${rps[@]}" | median) $(printf '%s\n' "${cpu[@]}" | median)"
 }
 
+h2() { # port pid -> "rps cpu_us"
+	local out t0 t1 n rps=() cpu=()
+	for _ in $(seq "$RUNS"); do
+		t0=$(ticks "$2")
+		out=$("${client[@]}" h2load -c "$H2CONNS" -m "$H2STREAMS" -D "${DURATION%s}" "https://$HOST:$1/" 2>&1)
+		t1=$(ticks "$2")
+		n=$(awk '/^requests:/ { print $8 }' <<<"$out")
+		if ! grep -q "status codes: $n 2xx" <<<"$out"; then echo "errors: $out" >&2; fi
+		rps+=("$(awk '/^finished in/ { print $4 }' <<<"$out")")
+		cpu+=("$(per_req "$t0" "$t1" "$n")")
+	done
+	echo "$(printf '%s\n' "${rps[@]}" | median) $(printf '%s\n' "${cpu[@]}" | median)"
+}
+
 full() { # port pid -> "conns/s cpu_us"
 	local out t0 t1 rate errs rps=() cpu=()
 	for _ in $(seq "$RUNS"); do
@@ -222,16 +245,17 @@ full() { # port pid -> "conns/s cpu_us"
 
 echo "wrk $(wrk -v 2>&1 | awk 'NR == 1 { print $2 }'), $(nginx -v 2>&1 | sed 's/.*: //'), caddy $($have_caddy && caddy version | awk '{ print $1 }' || echo absent), $(go version | awk '{ print $3 }'); $(nproc) cores, load average before $(cut -d' ' -f1-3 /proc/loadavg); DURATION=$DURATION CONNS=$CONNS RUNS=$RUNS"
 echo
-echo "| server | keep-alive req/s | p50 ms | p99 ms | CPU µs/req | resumed TLS conns/s | CPU µs/conn | full TLS conns/s | CPU µs/conn |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| server | HTTP/1.1 keep-alive req/s | p50 ms | p99 ms | CPU µs/req | HTTP/2 req/s | CPU µs/req | resumed TLS conns/s | CPU µs/conn | full TLS conns/s | CPU µs/conn |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for t in "${targets[@]}"; do
 	name=${t%%:*} port=${t#*:}
 	pid=$(server_pid "$port")
 	if [ "$name" = nginx ]; then pid=$(pgrep -P "$(cat "$work/nginx/nginx.pid")" | head -1); fi
 	read -r rps p50 p99 cpu <<<"$(keepalive "$port" "$pid")"
+	read -r hrate hcpu <<<"$(h2 "$port" "$pid")"
 	read -r rrate rcpu <<<"$(resumed "$port" "$pid")"
 	read -r frate fcpu <<<"$(full "$port" "$pid")"
-	printf '| %s | %.0f | %s | %s | %s | %.0f | %s | %.0f | %s |\n' "$name" "$rps" "$p50" "$p99" "$cpu" "$rrate" "$rcpu" "$frate" "$fcpu"
+	printf '| %s | %.0f | %s | %s | %s | %.0f | %s | %.0f | %s | %.0f | %s |\n' "$name" "$rps" "$p50" "$p99" "$cpu" "$hrate" "$hcpu" "$rrate" "$rcpu" "$frate" "$fcpu"
 done
 echo
 echo "load average after $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -296,6 +296,16 @@ func TestErrors(t *testing.T) {
 		})
 	}
 
+	t.Run("oversized headers", func(t *testing.T) {
+		res, _, err := do(newClient(t, s, false), "https://web.test/retry", "X-Big", strings.Repeat("x", MaxHeaderBytes+1024))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("headers over %d bytes got %d", MaxHeaderBytes, res.StatusCode)
+		}
+	})
+
 	t.Run("a refused dial is retried on the next endpoint", func(t *testing.T) {
 		for i := range 6 {
 			code, body := get(t, c, "https://web.test/retry")
