@@ -57,7 +57,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: ingressbench cert|backend|keel ...")
+		return errors.New("usage: ingressbench cert|backend|keel|handshakes ARGS (see the package doc)")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

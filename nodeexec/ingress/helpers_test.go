@@ -220,10 +220,11 @@ type backend struct {
 	ln       net.Listener
 	requests atomic.Int64
 	conns    atomic.Int64 // connections accepted
+	closed   atomic.Int64 // connections closed
 	done     chan struct{}
 }
 
-func newBackend(t testing.TB, name string, handle http.HandlerFunc) *backend {
+func newBackend(t testing.TB, name string, handle http.HandlerFunc, configure ...func(*http.Server)) *backend {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -239,11 +240,17 @@ func newBackend(t testing.TB, name string, handle http.HandlerFunc) *backend {
 			handle(w, r)
 		}),
 		ConnState: func(_ net.Conn, st http.ConnState) {
-			if st == http.StateNew {
+			switch st {
+			case http.StateNew:
 				b.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				b.closed.Add(1)
 			}
 		},
 		ReadHeaderTimeout: 10 * time.Second,
+	}
+	for _, f := range configure {
+		f(b.srv)
 	}
 	go func() {
 		defer close(b.done)

@@ -169,7 +169,7 @@ type Server struct {
 	// now returns a monotonic time in nanoseconds for passive health.
 	now func() int64
 
-	transport *http.Transport
+	backend *backendClient
 	// inflight holds one token per request being proxied
 	// (Limits.MaxRequests).
 	inflight chan struct{}
@@ -221,7 +221,7 @@ func New(opts Options) (*Server, error) {
 		limits:       limits,
 		unhealthyFor: int64(opts.UnhealthyFor),
 		now:          func() int64 { return int64(time.Since(epoch)) },
-		transport:    newTransport(limits),
+		backend:      newBackendClient(limits),
 		inflight:     make(chan struct{}, limits.MaxRequests),
 		conns:        connSet{m: map[*trackedConn]struct{}{}},
 	}
@@ -348,7 +348,7 @@ func (s *Server) Close() error {
 		s.handlersMu.Unlock()
 		s.handlers.Wait()
 		s.wg.Wait()
-		s.transport.CloseIdleConnections()
+		s.backend.closeIdle(true)
 		s.log.Info("ingress stopped")
 	})
 	return s.closeErr

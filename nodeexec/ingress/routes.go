@@ -121,6 +121,15 @@ func (s *Server) SetRoutes(routes []Route) error {
 			h.metrics.forget()
 		}
 	}
+	targets := map[string]bool{}
+	for _, h := range t.hosts {
+		for _, r := range h.routes {
+			for _, tg := range r.targets {
+				targets[tg] = true
+			}
+		}
+	}
+	s.backend.retain(targets)
 	s.log.Debug("ingress routes set", "hosts", len(t.hosts), "routes", len(valid))
 	return errors.Join(errs...)
 }

@@ -177,7 +177,7 @@ func (rt *route) RoundTrip(req *http.Request) (*http.Response, error) {
 	set := rt.set
 	i := set.Pick(rt.next.Add(1)-1, rt.s.now())
 	req.URL.Host = rt.targets[i]
-	res, err := rt.s.transport.RoundTrip(req)
+	res, err := rt.s.backend.RoundTrip(req)
 	if err == nil {
 		set.Endpoints[i].MarkUp()
 		return res, nil
@@ -187,7 +187,7 @@ func (rt *route) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	j := set.After(i, rt.s.now())
 	req.URL.Host = rt.targets[j]
-	res, err = rt.s.transport.RoundTrip(req)
+	res, err = rt.s.backend.RoundTrip(req)
 	if err == nil {
 		set.Endpoints[j].MarkUp()
 		return res, nil
@@ -255,33 +255,6 @@ type dialError struct{ err error }
 
 func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
-
-// newTransport is the one HTTP/1.1 client to every backend: keep-alive
-// connections reused across requests and routes, no proxy from the
-// environment, no compression added.
-func newTransport(l Limits) *http.Transport {
-	d := &net.Dialer{Timeout: l.DialTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, &dialError{err}
-			}
-			return c, nil
-		},
-		MaxIdleConns:          l.BackendIdleConns,
-		MaxIdleConnsPerHost:   l.BackendIdlePerTarget,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: l.BackendTimeout,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
-		// Plain HTTP/1.1 to backends: no TLS, so no HTTP/2.
-		ForceAttemptHTTP2: false,
-		WriteBufferSize:   32 << 10,
-		ReadBufferSize:    32 << 10,
-	}
-}
 
 // bufferPool lends the reverse proxy its copy buffers.
 type bufferPool struct{ p sync.Pool }
