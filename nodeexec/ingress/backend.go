@@ -135,11 +135,13 @@ func (b *backendClient) send(c *backendConn, req *http.Request) (*http.Response,
 		}
 		return nil, err
 	}
+	// A write that fails means a connection the backend closed, as a
+	// read that gets no answer does.
 	if err := req.Write(c.bw); err != nil {
-		return fail(err)
+		return fail(&errNoAnswer{err})
 	}
 	if err := c.bw.Flush(); err != nil {
-		return fail(err)
+		return fail(&errNoAnswer{err})
 	}
 	if err := c.c.SetReadDeadline(time.Now().Add(b.headerTimeout)); err != nil {
 		return fail(err)
