@@ -78,6 +78,7 @@ type ingressState struct {
 	// Owned by the loop.
 	shared      map[string]sharedCert // by host, as of the last read
 	routed      bool                  // this node served routes at the last pass
+	tlsServed   []string              // the hosts with tls it serves, as of the last pass
 	problems    []string
 	redirectErr string // the last error setting the redirects, logged once
 }
@@ -257,6 +258,10 @@ func (st *ingressState) pass(m *render.Model, plan *planner.Plan, leaving bool) 
 		}
 	}
 	st.certs.Retain(func(h string) bool { _, ok := tlsHosts[h]; return ok })
+	st.tlsServed = nil
+	if ingressNode {
+		st.tlsServed = slices.Sorted(maps.Keys(tlsHosts))
+	}
 	var wants []acme.Want
 	if ingressNode {
 		for _, host := range slices.Sorted(maps.Keys(tlsHosts)) {
@@ -299,10 +304,18 @@ func (st *ingressState) solver() acme.Solver {
 	return http01{st}
 }
 
+// noCertificate is the report's error for a host served without a
+// certificate yet (its handshakes fail) and no failed order to tell of.
+const noCertificate = "no certificate yet: TLS handshakes for this host fail"
+
 // report lists the certificates this node serves, with the last error
-// of the orders it runs.
+// of the orders it runs, and the hosts it serves without one (on the
+// loop).
 func (st *ingressState) report() []report.Certificate {
 	byHost := map[string]report.Certificate{}
+	for _, host := range st.tlsServed {
+		byHost[host] = report.Certificate{Host: host, Error: noCertificate}
+	}
 	for host, b := range st.certs.Bundles() {
 		byHost[host] = report.Certificate{Host: host, Expires: b.NotAfter, Serial: b.Serial, Issuer: b.Issuer}
 	}

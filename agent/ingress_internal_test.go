@@ -1,0 +1,167 @@
+package agent
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"math/big"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/providers"
+	"github.com/keel-dev/keel/providers/acme"
+	"github.com/keel-dev/keel/providers/certshare"
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+	"github.com/keel-dev/keel/sync"
+)
+
+// testBundle is a self-signed certificate for host with the given serial.
+func testBundle(t *testing.T, host string, serial int64, notAfter time.Time) *providers.Bundle {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: notAfter.Add(-90 * 24 * time.Hour), NotAfter: notAfter}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := providers.EncodeKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := providers.ParseBundle(host, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// failingCA never issues: the tests below never let it be asked.
+type failingCA struct{}
+
+func (failingCA) Obtain(context.Context, string, string, acme.Solver) (*providers.Bundle, error) {
+	return nil, errors.New("the test CA issues nothing")
+}
+
+func testIngressState(t *testing.T) *ingressState {
+	t.Helper()
+	m, err := acme.NewManager(acme.ManagerOptions{Issuer: failingCA{}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	st := &ingressState{node: "n1", log: slog.New(slog.DiscardHandler), certs: newCertStore(), acme: m,
+		pub: newCertPublisher(Options{Node: "n1", Now: time.Now, Logger: slog.New(slog.DiscardHandler)}, slog.New(slog.DiscardHandler))}
+	t.Cleanup(st.pub.close)
+	return st
+}
+
+// Issue 10: the report lists each host a node serves with tls: with its
+// certificate when it has one, else with why handshakes fail, so that a
+// host without a certificate is visible in status.
+func TestIngressReportListsHostsWithoutCertificate(t *testing.T) {
+	st := testIngressState(t)
+	exp := time.Now().Add(60 * 24 * time.Hour).UTC().Truncate(time.Second)
+	b := testBundle(t, "a.example.com", 0xa1, exp)
+	if _, err := st.certs.Offer(b); err != nil {
+		t.Fatal(err)
+	}
+	st.tlsServed = []string{"a.example.com", "b.example.com"}
+	got := st.report()
+	want := []report.Certificate{
+		{Host: "a.example.com", Expires: exp, Serial: "a1"},
+		{Host: "b.example.com", Error: noCertificate},
+	}
+	if len(got) != 2 || got[0].Host != want[0].Host || !got[0].Expires.Equal(exp) || got[0].Serial != "a1" || got[0].Error != "" || got[1] != want[1] {
+		t.Fatalf("report %+v, want %+v", got, want)
+	}
+	r := report.Report{Node: "n1", Time: time.Now(), Certificates: got}
+	if _, err := report.Parse(r.Marshal(), "n1"); err != nil {
+		t.Fatalf("the report does not read back: %v", err)
+	}
+}
+
+// Issue 10: a certificate expiring later replaces the one served (a
+// renewal); an older copy read back from git does not replace it.
+func TestCertStoreKeepsTheNewest(t *testing.T) {
+	s := newCertStore()
+	now := time.Now()
+	old, renewed := testBundle(t, "a.example.com", 1, now.Add(time.Hour)), testBundle(t, "a.example.com", 2, now.Add(2*time.Hour))
+	for _, c := range []struct {
+		b       *providers.Bundle
+		changed bool
+		serial  string
+	}{{old, true, "01"}, {renewed, true, "02"}, {old, false, "02"}, {renewed, false, "02"}} {
+		changed, err := s.Offer(c.b)
+		if err != nil || changed != c.changed || s.Bundle("a.example.com").Serial != c.serial {
+			t.Fatalf("offer serial %s: changed %v (%v), serving %s; want %v, %s", c.b.Serial, changed, err, s.Bundle("a.example.com").Serial, c.changed, c.serial)
+		}
+	}
+	if s.Certificate("a.example.com") == nil || s.Certificate("b.example.com") != nil {
+		t.Fatal("Certificate does not follow the bundles")
+	}
+	if s.Withdraw("a.example.com", "01") || !s.Withdraw("a.example.com", "02") || s.Certificate("a.example.com") != nil {
+		t.Fatal("Withdraw: want only the serial served withdrawn")
+	}
+}
+
+// Issue 10: a shared certificate whose ref is deleted is withdrawn: the
+// node stops serving it. One published anew is served again.
+func TestDeletedSharedCertificateIsWithdrawn(t *testing.T) {
+	st := testIngressState(t)
+	b := testBundle(t, "a.example.com", 7, time.Now().Add(time.Hour))
+	shared := map[string]sharedCert{"a.example.com": {
+		SharedCert: sync.SharedCert{Sealed: certshare.Sealed{Meta: certshare.Meta{Host: "a.example.com",
+			Certificate: &certshare.CertMeta{Serial: b.Serial}}}},
+		bundle: b,
+	}}
+	st.takeShared(shared, nil)
+	if st.certs.Bundle("a.example.com") == nil {
+		t.Fatal("a shared certificate is not served")
+	}
+	st.takeShared(map[string]sharedCert{}, nil)
+	if st.certs.Bundle("a.example.com") != nil {
+		t.Fatal("a certificate whose ref was deleted is still served")
+	}
+	st.takeShared(shared, nil)
+	if st.certs.Bundle("a.example.com") == nil {
+		t.Fatal("a certificate published again is not served")
+	}
+}
+
+// Issue 10: routes go to the backend Service's endpoints at the backend
+// port; an Ingress without tls is served over plain HTTP.
+func TestIngressRoutes(t *testing.T) {
+	m := &render.Model{
+		Services: []render.Service{{Name: "web", Port: 8080}},
+		Ingresses: []render.Ingress{
+			{Name: "www", Host: "www.example.com", Path: "/", Backend: render.Backend{Service: "web", Port: 9090}, TLS: &render.TLS{Email: "a@example.com"}},
+			{Name: "plain", Host: "plain.example.com", Path: "/api", Backend: render.Backend{Service: "web"}},
+		},
+	}
+	a1, a2 := netip.MustParseAddr("10.200.1.5"), netip.MustParseAddr("10.200.2.5")
+	plan := &planner.Plan{Services: []planner.Service{{Name: "web", Port: 8080, Endpoints: []planner.Endpoint{{Address: a1}, {Address: a2}}}}}
+	got := ingressRoutes(m, plan)
+	if len(got) != 2 {
+		t.Fatalf("routes %+v", got)
+	}
+	if got[0].Host != "www.example.com" || got[0].Insecure || !slices.Equal(got[0].Endpoints, []netip.AddrPort{netip.AddrPortFrom(a1, 9090), netip.AddrPortFrom(a2, 9090)}) {
+		t.Errorf("tls route %+v", got[0])
+	}
+	if got[1].Path != "/api" || !got[1].Insecure || got[1].Endpoints[0].Port() != 8080 {
+		t.Errorf("plain route %+v", got[1])
+	}
+}
