@@ -2,14 +2,14 @@ package dns01
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/keel-dev/keel/providers/acme"
 )
 
 // Provider puts and removes the _acme-challenge TXT record of an ACME
@@ -46,10 +46,7 @@ type challenge struct {
 
 // RecordValue returns the TXT value of a DNS-01 challenge:
 // base64url(sha256(keyAuth)), without padding (RFC 8555 §8.4).
-func RecordValue(keyAuth string) string {
-	sum := sha256.Sum256([]byte(keyAuth))
-	return base64.RawURLEncoding.EncodeToString(sum[:])
-}
+func RecordValue(keyAuth string) string { return acme.DNS01Value(keyAuth) }
 
 // Load reads the node-local configuration file at path, which names the
 // provider and holds its credentials (docs/ingress.md, "DNS providers"),
