@@ -3,7 +3,10 @@ GO        ?= go
 BIN       := bin/keel
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/keel-dev/keel/cli.Version=$(VERSION)
-FUZZTIME  ?= 10s
+# Fuzz budgets are counts, not durations: a duration races Go's fuzz
+# coordinator on a busy machine (golang/go#75804, fixed in Go 1.27) and
+# fails with a bare "context deadline exceeded".
+FUZZRUNS  ?= 20000x
 
 # Tests never depend on the developer's git configuration.
 export GIT_CONFIG_GLOBAL := /dev/null
@@ -41,19 +44,19 @@ test:
 	$(MAKE) --no-print-directory fuzz
 
 fuzz:
-	$(GO) test -run='^$$' -fuzz='^FuzzRender$$' -fuzztime=$(FUZZTIME) ./render
-	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./report
-	$(GO) test -run='^$$' -fuzz='^FuzzPushRef$$' -fuzztime=5s ./sync
-	$(GO) test -run='^$$' -fuzz='^FuzzAuthenticate$$' -fuzztime=5s ./sync
-	$(GO) test -run='^$$' -fuzz='^FuzzCommitFS$$' -fuzztime=5s ./sync
-	$(GO) test -run='^$$' -fuzz='^FuzzParseMeta$$' -fuzztime=5s ./providers/certshare
-	$(GO) test -run='^$$' -fuzz='^FuzzParseJails$$' -fuzztime=5s ./nodeexec/freebsd
-	$(GO) test -run='^$$' -fuzz='^FuzzParsePS$$' -fuzztime=5s ./nodeexec/freebsd
-	$(GO) test -run='^$$' -fuzz='^FuzzParseMounts$$' -fuzztime=5s ./nodeexec/freebsd
-	$(GO) test -run='^$$' -fuzz='^FuzzParseZFSList$$' -fuzztime=5s ./nodeexec/freebsd
-	$(GO) test -run='^$$' -fuzz='^FuzzParseSysctl$$' -fuzztime=5s ./nodeexec/freebsd
-	$(GO) test -run='^$$' -fuzz='^FuzzParseRctl$$' -fuzztime=5s ./nodeexec/freebsd
-	$(GO) test -run='^$$' -fuzz='^FuzzParseConfig$$' -fuzztime=5s ./providers/dns01
+	$(GO) test -run='^$$' -fuzz='^FuzzRender$$' -fuzztime=$(FUZZRUNS) ./render
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZRUNS) ./report
+	$(GO) test -run='^$$' -fuzz='^FuzzPushRef$$' -fuzztime=$(FUZZRUNS) ./sync
+	$(GO) test -run='^$$' -fuzz='^FuzzAuthenticate$$' -fuzztime=$(FUZZRUNS) ./sync
+	$(GO) test -run='^$$' -fuzz='^FuzzCommitFS$$' -fuzztime=$(FUZZRUNS) ./sync
+	$(GO) test -run='^$$' -fuzz='^FuzzParseMeta$$' -fuzztime=$(FUZZRUNS) ./providers/certshare
+	$(GO) test -run='^$$' -fuzz='^FuzzParseJails$$' -fuzztime=$(FUZZRUNS) ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParsePS$$' -fuzztime=$(FUZZRUNS) ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParseMounts$$' -fuzztime=$(FUZZRUNS) ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParseZFSList$$' -fuzztime=$(FUZZRUNS) ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParseSysctl$$' -fuzztime=$(FUZZRUNS) ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParseRctl$$' -fuzztime=$(FUZZRUNS) ./nodeexec/freebsd
+	$(GO) test -run='^$$' -fuzz='^FuzzParseConfig$$' -fuzztime=$(FUZZRUNS) ./providers/dns01
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
