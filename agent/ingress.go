@@ -76,8 +76,12 @@ type ingressState struct {
 	changed chan struct{}
 
 	// Owned by the loop.
-	shared      map[string]sharedCert // by host, as of the last read
-	routed      bool                  // this node served routes at the last pass
+	shared map[string]sharedCert // by host, as of the last read
+	// read is set once the shared certificates were read since the
+	// agent started: no order starts before, so that a restarted owner
+	// takes its certificate back from git rather than ordering another.
+	read        bool
+	routed      bool // this node served routes at the last pass
 	problems    []string
 	redirectErr string // the last error setting the redirects, logged once
 }
@@ -209,7 +213,7 @@ func (st *ingressState) takeShared(shared map[string]sharedCert, problems []stri
 			st.pub.forget(host)
 		}
 	}
-	st.shared, st.problems = shared, problems
+	st.shared, st.problems, st.read = shared, problems, true
 	answers := map[string]string{}
 	for _, c := range shared {
 		if c.bundle != nil {
@@ -257,6 +261,13 @@ func (st *ingressState) pass(m *render.Model, plan *planner.Plan, leaving bool) 
 		}
 	}
 	st.certs.Retain(func(h string) bool { _, ok := tlsHosts[h]; return ok })
+	if !st.read {
+		// Not read yet (the first pass runs on the last good commit,
+		// before the first fetch; or git is unreachable since the start):
+		// a certificate shared in git would not be known, and an order
+		// would issue a certificate that exists already.
+		return
+	}
 	var wants []acme.Want
 	if ingressNode {
 		for _, host := range slices.Sorted(maps.Keys(tlsHosts)) {

@@ -1,0 +1,373 @@
+//go:build unix
+
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	sync2 "sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/keel-dev/keel/agent"
+	"github.com/keel-dev/keel/internal/pebble"
+	"github.com/keel-dev/keel/internal/pebble/pebbletest"
+	"github.com/keel-dev/keel/nodeexec/fake"
+	"github.com/keel-dev/keel/providers/certshare"
+	"github.com/keel-dev/keel/sync"
+)
+
+// ingHost is the Ingress host of the ingress tests.
+const ingHost = "www.keel.test"
+
+// ingNode is one node of an ingress test cluster.
+type ingNode struct {
+	name    string
+	ip      string // its ingress listens on ip:httpPort and ip:httpsPort
+	keyFile string // its report key, "" for a node without one
+	label   string // its keel.dev/ingress label, "" for none
+}
+
+// ingCluster is a cluster repository with an Ingress with a certificate,
+// a Pebble that validates at the nodes' ingress, and agents run in this
+// process on the fake driver.
+type ingCluster struct {
+	t                   *testing.T
+	bare, work          string
+	nodes               []ingNode
+	peb                 *pebble.Server
+	httpPort, httpsPort int
+	dir                 string
+}
+
+// newIngCluster writes the repository: a Service web, an Ingress for
+// ingHost, and the nodes (each with an ed25519 report key unless noKey
+// names it). Pebble answers ingHost with the first node's address.
+func newIngCluster(t *testing.T, nodes []ingNode, noKey ...string) *ingCluster {
+	t.Helper()
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	c := &ingCluster{t: t, dir: t.TempDir(), httpPort: freeTCPPort(t), httpsPort: freeTCPPort(t)}
+	c.peb = pebbletest.Start(t, pebble.Options{HTTPPort: c.httpPort})
+	files := map[string]string{
+		"cluster.yaml": "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {livenessTTL: 6s, reportInterval: 2s}\n",
+		"apps/web.yaml": "apiVersion: keel/v1\nkind: Service\nmetadata: {name: web}\nspec:\n  replicas: 1\n  port: 8080\n" +
+			"  template: {image: base/x, command: [/bin/web]}\n",
+		"apps/www.yaml": "apiVersion: keel/v1\nkind: Ingress\nmetadata: {name: www}\nspec:\n  host: " + ingHost +
+			"\n  backend: {service: web}\n  tls: {email: ops@keel.test}\n",
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		if n.ip == "" {
+			n.ip = fmt.Sprintf("127.0.1.%d", i+1)
+		}
+		key := ""
+		if !containsString(noKey, n.name) {
+			n.keyFile = filepath.Join(c.dir, "keys", n.name)
+			key = writeNodeKey(t, n.keyFile)
+		}
+		labels := ""
+		if n.label != "" {
+			labels = fmt.Sprintf(", labels: {keel.dev/ingress: %q}", n.label)
+		}
+		spec := fmt.Sprintf("address: 192.0.2.%d, capacity: {cpu: \"8\", memory: 8G}", i+1)
+		if key != "" {
+			spec += fmt.Sprintf(", reportKey: %q", key)
+		}
+		files["nodes/"+n.name+".yaml"] = fmt.Sprintf("apiVersion: keel/v1\nkind: Node\nmetadata: {name: %s%s}\nspec: {%s}\n", n.name, labels, spec)
+	}
+	c.nodes = nodes
+	c.work, c.bare = t.TempDir(), filepath.Join(t.TempDir(), "c.git")
+	for name, content := range files {
+		p := filepath.Join(c.work, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git(t, c.work, "init", "-q", "-b", "main")
+	git(t, c.work, "add", "-A")
+	git(t, c.work, "commit", "-q", "-m", "init")
+	git(t, c.work, "init", "-q", "--bare", "-b", "main", c.bare)
+	git(t, c.work, "push", "-q", c.bare, "main")
+	if err := c.peb.AddA(ingHost, nodes[0].ip); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// writeNodeKey writes a new ed25519 key to path and returns its public
+// half as an authorized_keys line.
+func writeNodeKey(t *testing.T, path string) string {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ingAgent is a running agent of an ingCluster.
+type ingAgent struct {
+	node     ingNode
+	stateDir string
+	reg      *prometheus.Registry
+	log      *lockedBuffer
+	cancel   context.CancelFunc
+	done     chan error
+}
+
+// lockedBuffer is a log destination safe for concurrent writes.
+type lockedBuffer struct {
+	mu  sync2.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// start runs the agent of node i with stateDir ("" for a new one); edit,
+// if set, changes its options before it starts.
+func (c *ingCluster) start(i int, stateDir string, edit func(*agent.Options)) *ingAgent {
+	c.t.Helper()
+	n := c.nodes[i]
+	if stateDir == "" {
+		stateDir = c.t.TempDir()
+	}
+	a := &ingAgent{node: n, stateDir: stateDir, reg: prometheus.NewRegistry(), log: &lockedBuffer{}, done: make(chan error, 1)}
+	opts := agent.Options{
+		Node: n.name, StateDir: stateDir, Remote: sync.Remote{URL: c.bare, Branch: "main"}, Driver: fake.New(),
+		Version: "0.1.0", Registry: a.reg, Poll: 200 * time.Millisecond, Reconcile: 200 * time.Millisecond, DisableWatch: true,
+		Logger: slog.New(slog.NewTextHandler(a.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Ingress: &agent.IngressOptions{
+			HTTPAddr: net.JoinHostPort(n.ip, strconv.Itoa(c.httpPort)), HTTPSAddr: net.JoinHostPort(n.ip, strconv.Itoa(c.httpsPort)),
+			Directory: c.peb.DirectoryURL, Roots: c.peb.DirectoryRoots, HTTP01Wait: time.Second,
+			RetryBase: time.Second, RetryMax: 2 * time.Second,
+		},
+	}
+	if n.keyFile != "" {
+		signer, err := sync.LoadReportSigner(n.keyFile)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		opts.ReportSigner = signer
+		if opts.Ingress.Identity, err = certshare.LoadIdentity(n.keyFile); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	ag, err := agent.New(opts)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	go func() { a.done <- ag.Run(ctx) }()
+	c.t.Cleanup(func() { a.stop(c.t) })
+	return a
+}
+
+// stop stops the agent and waits for Run to return (once).
+func (a *ingAgent) stop(t *testing.T) {
+	t.Helper()
+	if a.cancel == nil {
+		return
+	}
+	a.cancel()
+	a.cancel = nil
+	select {
+	case err := <-a.done:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("agent %s: Run did not return within a minute of its context ending", a.node.name)
+	}
+	if t.Failed() {
+		t.Logf("log of %s:\n%s", a.node.name, a.log.String())
+	}
+}
+
+// issued is the agent's count of certificates it obtained for ingHost.
+func (a *ingAgent) issued() float64 {
+	return counterValue(a.reg, "keel_certificate_renewals_total", map[string]string{"host": ingHost, "result": "issued"})
+}
+
+// counterValue reads one series of a metric from reg; 0 when absent.
+func counterValue(reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue series
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+// serial is the serial of the certificate node's ingress presents for
+// ingHost, checked against Pebble's roots; "" and the error when the
+// handshake fails.
+func (c *ingCluster) serial(n ingNode) (string, error) {
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", net.JoinHostPort(n.ip, strconv.Itoa(c.httpsPort)),
+		&tls.Config{ServerName: ingHost, RootCAs: c.peb.IssuingRoots})
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Text(16), nil
+}
+
+// rawSerial is the serial node presents for ingHost, whoever issued it.
+func (c *ingCluster) rawSerial(n ingNode) (string, error) {
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", net.JoinHostPort(n.ip, strconv.Itoa(c.httpsPort)),
+		&tls.Config{ServerName: ingHost, InsecureSkipVerify: true})
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Text(16), nil
+}
+
+// waitServed waits until every node of ns serves one Pebble certificate
+// for ingHost, and returns its serial.
+func (c *ingCluster) waitServed(ns ...ingNode) string {
+	c.t.Helper()
+	var serial string
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		serials := map[string]bool{}
+		var last error
+		for _, n := range ns {
+			s, err := c.serial(n)
+			if err != nil {
+				last = fmt.Errorf("%s: %w", n.name, err)
+				break
+			}
+			serials[s] = true
+			serial = s
+		}
+		if last == nil && len(serials) == 1 {
+			return serial
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the nodes do not serve one certificate: %v, %v", serials, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// An agent restarted on a node that owns the certificate (here the only
+// node) takes the shared copy back from git rather than ordering another:
+// before the fix, its first pass (on the last good commit, before the
+// first fetch) found no certificate and ordered a new one, at every
+// restart, towards the CA's duplicate-certificate limit.
+func TestIngressRestartReusesSharedCertificate(t *testing.T) {
+	t.Parallel()
+	c := newIngCluster(t, []ingNode{{name: "n1"}})
+	state := t.TempDir()
+	a := c.start(0, state, nil)
+	serial := c.waitServed(c.nodes[0])
+	if n := a.issued(); n != 1 {
+		t.Fatalf("issued %v certificates, want 1", n)
+	}
+	waitFor(t, "the certificate shared in git", func() bool {
+		out, err := exec.Command("git", "-C", c.bare, "for-each-ref", "refs/keel/certs/").CombinedOutput()
+		return err == nil && strings.Contains(string(out), ingHost)
+	})
+	a.stop(t)
+
+	b := c.start(0, state, nil)
+	if s := c.waitServed(c.nodes[0]); s != serial {
+		t.Fatalf("after the restart the node serves serial %s, want %s", s, serial)
+	}
+	// An order, if one wrongly starts, starts at the first pass and ends
+	// within a few seconds against Pebble.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := b.issued(); n != 0 {
+			t.Fatalf("the restarted agent ordered %v certificates; the shared one is valid", n)
+		}
+		if s, err := c.serial(c.nodes[0]); err != nil || s != serial {
+			t.Fatalf("after the restart: serial %s, %v; want %s", s, err, serial)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
