@@ -27,7 +27,9 @@ import (
 	"github.com/keel-dev/keel/internal/pebble"
 	"github.com/keel-dev/keel/internal/pebble/pebbletest"
 	"github.com/keel-dev/keel/nodeexec/fake"
+	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/providers/certshare"
+	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/sync"
 )
 
@@ -369,5 +371,87 @@ func TestIngressRestartReusesSharedCertificate(t *testing.T) {
 			t.Fatalf("after the restart: serial %s, %v; want %s", s, err, serial)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// owner is the owner of the Ingress www by the plan of the work tree, as
+// every agent computes it before any node reports.
+func (c *ingCluster) owner() string {
+	c.t.Helper()
+	dir, err := sync.OpenDir(c.work)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer dir.Close()
+	m, err := render.Render(dir)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, in := range planner.Compute(planner.Input{Model: m, Now: time.Now(), AssumeAlive: true}).Ingresses {
+		if in.Name == "www" {
+			return in.Owner
+		}
+	}
+	c.t.Fatal("no owner for www")
+	return ""
+}
+
+// dropKey removes node i's reportKey from the inventory (and pushes): the
+// node can then neither sign nor receive shared certificates.
+func (c *ingCluster) dropKey(i int) {
+	c.t.Helper()
+	n := &c.nodes[i]
+	p := filepath.Join(c.work, "nodes", n.name+".yaml")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	s := string(data)
+	j := strings.Index(s, ", reportKey:")
+	if j < 0 {
+		c.t.Fatalf("%s has no reportKey", p)
+	}
+	s = s[:j] + "}\n"
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	n.keyFile = ""
+	git(c.t, c.work, "commit", "-q", "-am", "no key for "+n.name)
+	git(c.t, c.work, "push", "-q", c.bare, "main")
+}
+
+// A node without a reportKey issues its own certificate; the nodes that
+// can receive shared certificates still get one when that node is the
+// Ingress's owner. Before the fix the planner could pick the keyless node
+// as owner, and the others, waiting for the owner to share, never ordered
+// nor received a certificate.
+func TestIngressKeylessOwnerDoesNotStarveSharingNodes(t *testing.T) {
+	t.Parallel()
+	c := newIngCluster(t, []ingNode{{name: "n1", label: "true"}, {name: "n2", label: "true"}})
+	owner := c.owner()
+	keyless, sharing := 0, 1
+	if owner != c.nodes[0].name {
+		keyless, sharing = 1, 0
+	}
+	c.dropKey(keyless)
+	// The CA validates at the sharing node, which answers its own orders
+	// at once and the keyless node's from git.
+	if err := c.peb.AddA(ingHost, c.nodes[sharing].ip); err != nil {
+		t.Fatal(err)
+	}
+	k := c.start(keyless, "", nil)
+	s := c.start(sharing, "", nil)
+	c.waitServed(c.nodes[sharing])
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := c.serial(c.nodes[keyless]); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the keyless node serves no certificate: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if k.issued() < 1 || s.issued() != 1 {
+		t.Fatalf("issued: keyless %v (want its own), sharing %v (want 1)", k.issued(), s.issued())
 	}
 }
