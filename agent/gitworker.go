@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
@@ -46,6 +47,7 @@ type fetchResult struct {
 	// agent with an ingress, when their refs or the inventory changed).
 	certsRead    bool
 	certs        map[string]sharedCert
+	certRefs     map[string]plumbing.Hash // host → the commit of its ref, read or not
 	certProblems []string
 }
 
@@ -300,7 +302,7 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 		if err != nil {
 			return fetchResult{err: err, stage: "read"}
 		}
-		res.certsRead = true
+		res.certsRead, res.certRefs = true, maps.Clone(reportRefs.Certs)
 		w.lastModel, w.lastCertKeys = model, keys
 	}
 	*prev, *prevReports = refs, reportRefs

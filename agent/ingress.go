@@ -12,10 +12,12 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/nodeexec"
@@ -77,6 +79,14 @@ type ingressState struct {
 
 	// Owned by the loop.
 	shared map[string]sharedCert // by host, as of the last read
+	// refs are the commits of the certificate refs at the last read, by
+	// host, whether they were read or refused.
+	refs map[string]plumbing.Hash
+	// readAt is when the last read began (the fetch's start).
+	readAt time.Time
+	// unread is, by host, the commit this node pushed that was seen
+	// refused on read (warned about once).
+	unread map[string]plumbing.Hash
 	// read is set once the shared certificates were read since the
 	// agent started: no order starts before, so that a restarted owner
 	// takes its certificate back from git rather than ordering another.
@@ -97,7 +107,8 @@ type sharedCert struct {
 func newIngressState(opts Options) (*ingressState, error) {
 	io := opts.Ingress
 	log := opts.Logger.With("node", opts.Node)
-	st := &ingressState{opts: *io, node: opts.Node, log: log, certs: newCertStore(), changed: make(chan struct{}, 1)}
+	st := &ingressState{opts: *io, node: opts.Node, log: log, certs: newCertStore(), changed: make(chan struct{}, 1),
+		unread: map[string]plumbing.Hash{}}
 	issuer, err := acme.NewIssuer(acme.Options{Directory: io.Directory, Roots: io.Roots, StateDir: opts.StateDir, Logger: log,
 		UserAgent: "keel/" + opts.Version})
 	if err != nil {
@@ -201,7 +212,7 @@ func readShared(m *sync.Mirror, model *render.Model, keys sync.ReportKeys, id *c
 // A shared certificate whose ref was deleted since the last read is
 // withdrawn (the operator's way to force a new key, docs/ingress.md):
 // every node stops serving it, and its owner orders a new one.
-func (st *ingressState) takeShared(shared map[string]sharedCert, problems []string) {
+func (st *ingressState) takeShared(shared map[string]sharedCert, refs map[string]plumbing.Hash, readAt time.Time, problems []string) {
 	for host, old := range st.shared {
 		if _, ok := shared[host]; ok || old.Meta.Certificate == nil {
 			continue
@@ -213,7 +224,7 @@ func (st *ingressState) takeShared(shared map[string]sharedCert, problems []stri
 			st.pub.forget(host)
 		}
 	}
-	st.shared, st.problems, st.read = shared, problems, true
+	st.shared, st.refs, st.readAt, st.problems, st.read = shared, refs, readAt, problems, true
 	answers := map[string]string{}
 	for _, c := range shared {
 		if c.bundle != nil {
@@ -287,8 +298,23 @@ func (st *ingressState) pass(m *render.Model, plan *planner.Plan, leaving bool) 
 			if b == nil {
 				continue
 			}
+			pushed := st.pub.lastPushed(host)
+			if !pushed.at.IsZero() && !st.readAt.After(pushed.at) && st.refs[host] != pushed.commit {
+				continue // the last read predates this node's last push: the next one brings it
+			}
 			sh, ok := st.shared[host]
 			if ok && sh.Meta.Certificate != nil && sh.Meta.Certificate.Serial == b.Serial && !certshare.NeedsReseal(sh.Meta, rs) {
+				continue
+			}
+			if !ok && !pushed.commit.IsZero() && st.refs[host] == pushed.commit {
+				// What this node pushed last is on the ref, and refused on
+				// read (signed with no key or the wrong one): pushing it
+				// again, at every pass, would change nothing.
+				if st.unread[host] != pushed.commit {
+					st.unread[host] = pushed.commit
+					st.log.Warn("the certificate this node shared is refused on read; check its --report-key against its reportKey",
+						"host", host, "problem", problemOf(st.problems, host))
+				}
 				continue
 			}
 			if ok && sh.Meta.Certificate != nil && sh.Meta.Certificate.Serial != b.Serial && !b.NotAfter.After(sh.Meta.Certificate.NotAfter) {
@@ -298,6 +324,17 @@ func (st *ingressState) pass(m *render.Model, plan *planner.Plan, leaving bool) 
 		}
 	}
 	st.acme.Set(wants)
+}
+
+// problemOf is the problem of problems about host's certificate ref, or
+// "".
+func problemOf(problems []string, host string) string {
+	for _, p := range problems {
+		if strings.HasPrefix(p, fmt.Sprintf("certificate of %q ", host)) {
+			return p
+		}
+	}
+	return ""
 }
 
 // solver answers the challenges of this node's orders: DNS-01 through
@@ -443,6 +480,8 @@ type certPublisher struct {
 	// known is the newest copy of each host's shared certificate: read
 	// from git, or published here since.
 	known map[string]certshare.Sealed
+	// pushed is the last copy of each host this node pushed.
+	pushed map[string]pushedCopy
 	// answers are the HTTP-01 answers of this node's orders in progress,
 	// by host and token.
 	answers map[string]map[string]string
@@ -464,7 +503,7 @@ func newCertPublisher(opts Options, log *slog.Logger) *certPublisher {
 	return &certPublisher{
 		node: opts.Node, stateDir: opts.StateDir, remote: remote, timeout: opts.GitTimeout, signer: opts.ReportSigner,
 		now: opts.Now, log: log, ctx: ctx, cancel: cancel, prefix: render.DefaultReportRefPrefix,
-		known: map[string]certshare.Sealed{}, answers: map[string]map[string]string{}, busy: map[string]bool{}, failed: map[string]time.Time{},
+		known: map[string]certshare.Sealed{}, pushed: map[string]pushedCopy{}, answers: map[string]map[string]string{}, busy: map[string]bool{}, failed: map[string]time.Time{},
 	}
 }
 
@@ -499,6 +538,22 @@ func (p *certPublisher) forget(host string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.known, host)
+	delete(p.pushed, host)
+}
+
+// pushedCopy is a copy of a shared certificate this node pushed: its
+// commit, and when the push ended.
+type pushedCopy struct {
+	commit plumbing.Hash
+	at     time.Time
+}
+
+// lastPushed is the last copy of host's shared certificate this node
+// pushed; zero if none.
+func (p *certPublisher) lastPushed(host string) pushedCopy {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pushed[host]
 }
 
 // publishBundle seals b to rs and publishes it, with the HTTP-01 answers
@@ -605,7 +660,8 @@ func (p *certPublisher) publish(ctx context.Context, s certshare.Sealed) error {
 		}
 		p.mirror = m
 	}
-	if _, err := p.mirror.PublishCert(ctx, s, p.signer, p.now()); err != nil {
+	commit, err := p.mirror.PublishCert(ctx, s, p.signer, p.now())
+	if err != nil {
 		p.mirror = nil // open it afresh: nothing of a failed push is trusted
 		return err
 	}
@@ -615,6 +671,7 @@ func (p *certPublisher) publish(ctx context.Context, s certshare.Sealed) error {
 		}
 	}
 	p.mu.Lock()
+	p.pushed[s.Meta.Host] = pushedCopy{commit: commit, at: p.now()}
 	if k, ok := p.known[s.Meta.Host]; !ok || !k.Meta.Published.After(s.Meta.Published) {
 		p.known[s.Meta.Host] = s
 	}

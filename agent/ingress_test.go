@@ -109,6 +109,7 @@ func newIngCluster(t *testing.T, nodes []ingNode, noKey ...string) *ingCluster {
 	git(t, c.work, "commit", "-q", "-m", "init")
 	git(t, c.work, "init", "-q", "--bare", "-b", "main", c.bare)
 	git(t, c.work, "push", "-q", c.bare, "main")
+	git(t, c.bare, "config", "core.logAllRefUpdates", "always")
 	if err := c.peb.AddA(ingHost, nodes[0].ip); err != nil {
 		t.Fatal(err)
 	}
@@ -453,5 +454,59 @@ func TestIngressKeylessOwnerDoesNotStarveSharingNodes(t *testing.T) {
 	}
 	if k.issued() < 1 || s.issued() != 1 {
 		t.Fatalf("issued: keyless %v (want its own), sharing %v (want 1)", k.issued(), s.issued())
+	}
+}
+
+// certPushes counts the updates of ingHost's certificate ref in the bare
+// repository (its reflog, which newIngCluster turns on).
+func (c *ingCluster) certPushes() int {
+	c.t.Helper()
+	out, err := exec.Command("git", "-C", c.bare, "reflog", "show", "--format=%H", "refs/keel/certs/"+ingHost).CombinedOutput()
+	if err != nil {
+		return 0 // no ref yet
+	}
+	return strings.Count(string(out), "\n")
+}
+
+// steadyPushes waits until the node serves its certificate and then
+// counts the pushes to the certificate ref over d.
+func (c *ingCluster) steadyPushes(d time.Duration) int {
+	c.t.Helper()
+	time.Sleep(time.Second) // the pushes of the order itself land
+	before := c.certPushes()
+	time.Sleep(d)
+	return c.certPushes() - before
+}
+
+// An owner whose shared copy does not read back (here: its agent runs
+// without --report-key while its node has a reportKey, so its unsigned
+// cert.yaml is refused) pushes it once, not at every pass: before the fix
+// it published again at every pass, forever.
+func TestIngressUnreadableShareIsNotRepublishedInALoop(t *testing.T) {
+	t.Parallel()
+	c := newIngCluster(t, []ingNode{{name: "n1"}})
+	a := c.start(0, "", func(o *agent.Options) { o.ReportSigner = nil; o.Ingress.Identity = nil })
+	c.waitServed(c.nodes[0])
+	if n := c.steadyPushes(3 * time.Second); n != 0 {
+		t.Fatalf("%d pushes to the certificate ref in 3 s of a steady cluster, want 0", n)
+	}
+	if !strings.Contains(a.log.String(), "the certificate this node shared is refused on read") {
+		t.Fatalf("no warning that the shared copy is refused; log:\n%s", a.log.String())
+	}
+}
+
+// A steady cluster pushes nothing to the certificate refs.
+func TestIngressSteadyStateNoPushes(t *testing.T) {
+	t.Parallel()
+	c := newIngCluster(t, []ingNode{{name: "n1", label: "true"}, {name: "n2", label: "true"}, {name: "n3", label: "false"}})
+	for i := range c.nodes {
+		c.start(i, "", nil)
+	}
+	c.waitServed(c.nodes[0], c.nodes[1])
+	if n := c.steadyPushes(5 * time.Second); n != 0 {
+		t.Fatalf("%d pushes to the certificate ref in 5 s of a steady cluster, want 0", n)
+	}
+	if _, err := c.rawSerial(c.nodes[2]); err == nil {
+		t.Fatal("n3, labelled keel.dev/ingress=false, serves the host")
 	}
 }
