@@ -144,7 +144,7 @@ func (st *ingressState) close() {
 // sealed to the ingress nodes, so that they serve it too. It runs on the
 // host's ACME goroutine.
 func (st *ingressState) onIssued(b *providers.Bundle) {
-	if _, err := st.certs.Offer(b); err != nil {
+	if err := st.certs.Put(b); err != nil {
 		st.log.Error("the certificate obtained does not load", "host", b.Host, "err", err)
 		return
 	}
@@ -167,12 +167,21 @@ func (st *ingressState) onIssued(b *providers.Bundle) {
 // readShared opens the shared certificates read from git: on the git
 // worker's goroutine, so that no decryption runs on the loop. opened
 // caches what was opened by commit, so that an unchanged ref is not
-// decrypted again at every fetch.
+// decrypted again at every fetch. Only the hosts of the model's Ingresses
+// with tls count: a ref for any other name (anyone who may publish can
+// push one) is neither opened nor served, nor are its challenges
+// answered.
 func readShared(m *sync.Mirror, model *render.Model, keys sync.ReportKeys, id *certshare.Identity, opened map[string]*providers.Bundle) (map[string]sharedCert, []string, error) {
 	var publishers []string
+	hosts := map[string]bool{}
 	if model != nil {
 		for _, n := range model.IngressNodes() {
 			publishers = append(publishers, n.Name)
+		}
+		for _, in := range model.Ingresses {
+			if in.TLS != nil {
+				hosts[in.Host] = true
+			}
 		}
 	}
 	certs, problems, err := m.Certs(publishers, keys)
@@ -182,6 +191,9 @@ func readShared(m *sync.Mirror, model *render.Model, keys sync.ReportKeys, id *c
 	out := make(map[string]sharedCert, len(certs))
 	seen := map[string]bool{}
 	for host, c := range certs {
+		if !hosts[host] {
+			continue
+		}
 		sc := sharedCert{SharedCert: c}
 		if c.Meta.Certificate != nil && id != nil {
 			key := c.Commit.String()
@@ -205,13 +217,16 @@ func readShared(m *sync.Mirror, model *render.Model, keys sync.ReportKeys, id *c
 	return out, problems, nil
 }
 
-// takeShared takes in the shared certificates of a fetch (on the loop):
-// those opened are offered to the store, and the HTTP-01 answers their
-// publishers ask for are served.
+// takeShared takes in the shared certificates of a fetch (on the loop);
+// the pass that follows decides which to serve and which HTTP-01
+// answers count (serveShared).
 //
 // A shared certificate whose ref was deleted since the last read is
 // withdrawn (the operator's way to force a new key, docs/ingress.md):
-// every node stops serving it, and its owner orders a new one.
+// every node stops serving it, and its owner orders a new one. So is one
+// that is now refused on read: its publisher left the inventory, lost
+// its ingress label or changed its key (a compromised node's copy goes
+// with it).
 func (st *ingressState) takeShared(shared map[string]sharedCert, refs map[string]plumbing.Hash, readAt time.Time, problems []string) {
 	for host, old := range st.shared {
 		if _, ok := shared[host]; ok || old.Meta.Certificate == nil {
@@ -225,19 +240,59 @@ func (st *ingressState) takeShared(shared map[string]sharedCert, refs map[string
 		}
 	}
 	st.shared, st.refs, st.readAt, st.problems, st.read = shared, refs, readAt, problems, true
+	st.pub.setKnown(shared)
+}
+
+// serveShared serves the shared certificates and HTTP-01 answers that
+// count under the plan (on the loop, at every pass, so that a change of
+// owner takes effect without a new read). owners are the hosts' owners,
+// orderers say who may order a host's certificate: its owner, and the
+// ingress nodes that cannot receive shared certificates (they order
+// their own).
+//
+// The owner's copy wins: any ingress node may publish on any host's ref,
+// so a compromised one could publish a certificate of its own making
+// that expires in a hundred years, and "the later expiry wins" would
+// have every node serve it, the owner included, which would then never
+// renew. So a node that serves a valid certificate replaces it only with
+// the copy its owner published, and the owner never replaces its own; a
+// node that serves none (it just started) takes any valid copy, until the
+// owner's comes. Challenges count only from a host's orderers.
+func (st *ingressState) serveShared(owners map[string]string, orderers func(host, node string) bool) {
+	now := st.pub.now()
+	valid := func(b *providers.Bundle) bool { return b != nil && !now.Before(b.NotBefore) && now.Before(b.NotAfter) }
 	answers := map[string]string{}
-	for _, c := range shared {
-		if c.bundle != nil {
-			if _, err := st.certs.Offer(c.bundle); err != nil {
-				st.log.Warn("a shared certificate does not load", "host", c.Meta.Host, "err", err)
+	for host, c := range st.shared {
+		owner, ok := owners[host]
+		if !ok {
+			continue // not a host of the applied commit's Ingresses
+		}
+		if orderers(host, c.Meta.PublishedBy) {
+			for token, ka := range c.Meta.Challenges {
+				answers[token] = ka
 			}
 		}
-		for token, ka := range c.Meta.Challenges {
-			answers[token] = ka
+		b := c.bundle
+		if !valid(b) {
+			continue
 		}
+		cur := st.certs.Bundle(host)
+		switch {
+		case cur != nil && cur.Serial == b.Serial:
+			continue
+		case !valid(cur):
+			// Nothing (valid) served: any copy beats none.
+		case owner == st.node || c.Meta.PublishedBy != owner:
+			continue
+		}
+		if err := st.certs.Put(b); err != nil {
+			st.log.Warn("a shared certificate does not load", "host", host, "err", err)
+			continue
+		}
+		st.log.Info("serving the shared certificate", "host", host, "serial", b.Serial, "publishedBy", c.Meta.PublishedBy,
+			"expires", b.NotAfter.Format(time.RFC3339))
 	}
 	st.certs.SetShared(answers)
-	st.pub.setKnown(shared)
 }
 
 // pass points the ingress at the plan (on the loop): the routes when this
@@ -272,6 +327,17 @@ func (st *ingressState) pass(m *render.Model, plan *planner.Plan, leaving bool) 
 		}
 	}
 	st.certs.Retain(func(h string) bool { _, ok := tlsHosts[h]; return ok })
+	recipient := map[string]bool{}
+	for _, r := range rs {
+		recipient[r.Node] = true
+	}
+	ingressNodes := map[string]bool{}
+	for _, n := range m.IngressNodes() {
+		ingressNodes[n.Name] = true
+	}
+	st.serveShared(owners, func(host, node string) bool {
+		return node != "" && (node == owners[host] || ingressNodes[node] && !recipient[node])
+	})
 	if !st.read {
 		// Not read yet (the first pass runs on the last good commit,
 		// before the first fetch; or git is unreachable since the start):
@@ -292,8 +358,9 @@ func (st *ingressState) pass(m *render.Model, plan *planner.Plan, leaving bool) 
 				continue
 			}
 			// The owner publishes again what it serves when the shared
-			// copy is not it (a failed push), or is sealed to another set
-			// of nodes (one joined, left, or changed its key).
+			// copy is not it (a failed push, another node's copy), or is
+			// sealed to another set of nodes (one joined, left, or
+			// changed its key).
 			b := st.certs.Bundle(host)
 			if b == nil {
 				continue
@@ -316,9 +383,6 @@ func (st *ingressState) pass(m *render.Model, plan *planner.Plan, leaving bool) 
 						"host", host, "problem", problemOf(st.problems, host))
 				}
 				continue
-			}
-			if ok && sh.Meta.Certificate != nil && sh.Meta.Certificate.Serial != b.Serial && !b.NotAfter.After(sh.Meta.Certificate.NotAfter) {
-				continue // the shared one is newer: it is taken in at the next read
 			}
 			st.pub.republish(b, rs)
 		}
@@ -432,7 +496,8 @@ func (http01) Type() string { return acme.ChallengeHTTP01 }
 
 func (h http01) Present(ctx context.Context, host, token, keyAuth string) error {
 	h.st.certs.Answer(token, keyAuth)
-	if err := h.st.pub.challenge(ctx, host, token, keyAuth); err != nil {
+	serving, rs := h.st.sharing(host)
+	if err := h.st.pub.challenge(ctx, host, token, keyAuth, serving, rs); err != nil {
 		return fmt.Errorf("publish the HTTP-01 answer for the other ingress nodes: %w", err)
 	}
 	t := time.NewTimer(h.st.opts.HTTP01Wait)
@@ -447,7 +512,19 @@ func (h http01) Present(ctx context.Context, host, token, keyAuth string) error 
 
 func (h http01) CleanUp(ctx context.Context, host, token, _ string) error {
 	h.st.certs.Answer(token, "")
-	return h.st.pub.challenge(ctx, host, token, "")
+	serving, rs := h.st.sharing(host)
+	return h.st.pub.challenge(ctx, host, token, "", serving, rs)
+}
+
+// sharing returns the certificate this node serves for host and the
+// nodes to seal it to, when this node shares its certificates (nil
+// otherwise).
+func (st *ingressState) sharing(host string) (*providers.Bundle, []certshare.Recipient) {
+	rs := st.recipients.Load()
+	if rs == nil || !slices.ContainsFunc(*rs, func(r certshare.Recipient) bool { return r.Node == st.node }) {
+		return nil, nil
+	}
+	return st.certs.Bundle(host), *rs
 }
 
 // certPublisher publishes this node's shared certificates and HTTP-01
@@ -576,8 +653,12 @@ func (p *certPublisher) publishBundle(ctx context.Context, b *providers.Bundle, 
 
 // challenge publishes the host's shared certificate (or, before its
 // first, the host alone) with keyAuth added as the answer to token, or
-// with token's answer removed when keyAuth is empty.
-func (p *certPublisher) challenge(ctx context.Context, host, token, keyAuth string) error {
+// with token's answer removed when keyAuth is empty. serving is the
+// certificate this node serves for host, sealed to rs, when it shares:
+// that is the certificate published (the copy in git, when it is that
+// one, else sealed afresh), never another node's copy of another
+// certificate under this node's name.
+func (p *certPublisher) challenge(ctx context.Context, host, token, keyAuth string, serving *providers.Bundle, rs []certshare.Recipient) error {
 	p.mu.Lock()
 	if keyAuth == "" {
 		delete(p.answers[host], token)
@@ -595,9 +676,14 @@ func (p *certPublisher) challenge(ctx context.Context, host, token, keyAuth stri
 	p.mu.Unlock()
 	var s certshare.Sealed
 	var err error
-	if ok && base.Meta.Certificate != nil {
+	switch {
+	case serving != nil && (!ok || base.Meta.Certificate == nil || base.Meta.Certificate.Serial != serving.Serial):
+		if s, err = certshare.Seal(serving, p.node, rs, p.now()); err == nil {
+			s, err = s.Republish(p.node, answers, p.now())
+		}
+	case ok && base.Meta.Certificate != nil:
 		s, err = base.Republish(p.node, answers, p.now())
-	} else {
+	default:
 		s, err = certshare.ForChallenges(host, p.node, answers, p.now())
 	}
 	if err != nil {

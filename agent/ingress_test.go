@@ -5,12 +5,19 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +35,7 @@ import (
 	"github.com/keel-dev/keel/internal/pebble/pebbletest"
 	"github.com/keel-dev/keel/nodeexec/fake"
 	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/providers"
 	"github.com/keel-dev/keel/providers/certshare"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/sync"
@@ -508,5 +516,198 @@ func TestIngressSteadyStateNoPushes(t *testing.T) {
 	}
 	if _, err := c.rawSerial(c.nodes[2]); err == nil {
 		t.Fatal("n3, labelled keel.dev/ingress=false, serves the host")
+	}
+}
+
+// selfSigned makes a bundle for host valid from notBefore to notAfter,
+// signed by itself: what a compromised node would publish.
+func selfSigned(t *testing.T, host string, notBefore, notAfter time.Time) *providers.Bundle {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: "self-signed " + host},
+		DNSNames: []string{host}, NotBefore: notBefore, NotAfter: notAfter,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := providers.EncodeKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := providers.ParseBundle(host, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// publishAs publishes s on its host's ref as node i would: signed with
+// its report key, sealed to the cluster's ingress nodes.
+func (c *ingCluster) publishAs(i int, s certshare.Sealed) {
+	c.t.Helper()
+	signer, err := sync.LoadReportSigner(c.nodes[i].keyFile)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := sync.OpenMirror(ctx, c.t.TempDir(), sync.Remote{URL: c.bare}, "refs/keel/reports/")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := m.PublishCert(ctx, s, signer, time.Now()); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// model renders the work tree.
+func (c *ingCluster) model() *render.Model {
+	c.t.Helper()
+	dir, err := sync.OpenDir(c.work)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer dir.Close()
+	m, err := render.Render(dir)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return m
+}
+
+// A compromised ingress node that is not the owner publishes, under its
+// own name and signature, a certificate for the host that expires in a
+// hundred years. Before the fix every node took it ("expires later
+// wins"), the owner too, which then never renewed: the bogus certificate
+// was served everywhere for good. Now the owner's copy wins: the owner
+// keeps its certificate and publishes it again, and the other nodes serve
+// the owner's.
+func TestIngressHostileLongLivedCertificateIsNotPinned(t *testing.T) {
+	t.Parallel()
+	c := newIngCluster(t, []ingNode{{name: "n1", label: "true"}, {name: "n2", label: "true"}, {name: "n3", label: "true"}})
+	owner := c.owner()
+	var hostile int
+	for i, n := range c.nodes {
+		if n.name != owner {
+			hostile = i
+			break
+		}
+	}
+	// The CA validates at a node that is not the owner: the owner's
+	// answers, from git, still count there.
+	if err := c.peb.AddA(ingHost, c.nodes[hostile].ip); err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.nodes {
+		c.start(i, "", nil)
+	}
+	serial := c.waitServed(c.nodes...)
+
+	rs, _ := certshare.Recipients(c.model())
+	bogus := selfSigned(t, ingHost, time.Now().Add(-time.Hour), time.Now().Add(100*365*24*time.Hour))
+	s, err := certshare.Seal(bogus, c.nodes[hostile].name, rs, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.certPushes()
+	c.publishAs(hostile, s)
+	// Every node serves the owner's certificate again (or never stopped).
+	waitFor(t, "the hostile copy replaced by the owner's", func() bool { return c.certPushes() >= before+2 })
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range c.nodes {
+			if got, err := c.rawSerial(n); err != nil || got != serial {
+				t.Fatalf("%s serves %s, %v; want %s (the bogus one is %s)", n.name, got, err, serial, bogus.Serial)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range c.nodes {
+		if got, err := c.serial(n); err != nil || got != serial {
+			t.Fatalf("%s serves %s, %v; want the owner's %s (the bogus one is %s)", n.name, got, err, serial, bogus.Serial)
+		}
+	}
+}
+
+// challengeAnswered reports whether node answers the HTTP-01 token.
+func (c *ingCluster) challengeAnswered(n ingNode, token string) bool {
+	c.t.Helper()
+	res, err := http.Get("http://" + net.JoinHostPort(n.ip, strconv.Itoa(c.httpPort)) + "/.well-known/acme-challenge/" + token)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode == http.StatusOK
+}
+
+// readCert reads the shared certificate of host from the bare repository.
+func (c *ingCluster) readCert(host string) certshare.Sealed {
+	c.t.Helper()
+	show := func(file string) []byte {
+		out, err := exec.Command("git", "-C", c.bare, "show", "refs/keel/certs/"+host+":"+file).Output()
+		if err != nil {
+			c.t.Fatalf("git show %s: %v", file, err)
+		}
+		return out
+	}
+	m, err := certshare.ParseMeta(show(certshare.MetaFile))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return certshare.Sealed{Meta: m, Bundle: show(certshare.BundleFile)}
+}
+
+// HTTP-01 answers count only from a host's orderers (its owner, and the
+// ingress nodes that cannot receive shared certificates), and only for
+// the hosts of the Ingresses: before the fix every node answered every
+// token of every ref, so a compromised ingress node could have all of
+// them answer its own order for a host, published on that host's ref or
+// on a ref of a name no Ingress has.
+func TestIngressChallengesOnlyFromOrderers(t *testing.T) {
+	t.Parallel()
+	c := newIngCluster(t, []ingNode{{name: "n1", label: "true"}, {name: "n2", label: "true"}, {name: "n3", label: "true"}})
+	owner := c.owner()
+	var hostile int
+	for i, n := range c.nodes {
+		if n.name != owner {
+			hostile = i
+			break
+		}
+	}
+	for i := range c.nodes {
+		c.start(i, "", nil)
+	}
+	c.waitServed(c.nodes...)
+
+	const t1, t2 = "hostileToken1hostileToken1", "hostileToken2hostileToken2"
+	thumb := strings.Repeat("A", 43)
+	// The owner's copy, with the hostile node's challenge added: the
+	// certificate is the same, so the owner has no reason to publish again.
+	s, err := c.readCert(ingHost).Republish(c.nodes[hostile].name, map[string]string{t1: t1 + "." + thumb}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.publishAs(hostile, s)
+	other, err := certshare.ForChallenges("other.keel.test", c.nodes[hostile].name, map[string]string{t2: t2 + "." + thumb}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.publishAs(hostile, other)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range c.nodes {
+			for _, token := range []string{t1, t2} {
+				if c.challengeAnswered(n, token) {
+					t.Fatalf("%s answers the token %s a node that does not order published", n.name, token)
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
