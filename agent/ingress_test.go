@@ -12,6 +12,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"log/slog"
@@ -381,6 +382,45 @@ func TestIngressRestartReusesSharedCertificate(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	c.checkNoKey(b, a)
+}
+
+// checkNoKey checks that the private key of the shared certificate is in
+// none of the agents' debug logs, metrics or published reports.
+func (c *ingCluster) checkNoKey(agents ...*ingAgent) {
+	c.t.Helper()
+	id, err := certshare.LoadIdentity(c.nodes[0].keyFile)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	b, err := certshare.Open(c.readCert(ingHost), id)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	block, _ := pem.Decode(b.KeyPEM)
+	der := base64.StdEncoding.EncodeToString(block.Bytes)
+	secrets := []string{"PRIVATE KEY", der[:40], der[len(der)-40:]}
+	reports, err := exec.Command("git", "-C", c.bare, "log", "-p", "--all").CombinedOutput()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, a := range agents {
+		var metrics strings.Builder
+		mfs, err := a.reg.Gather()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			fmt.Fprintln(&metrics, mf.String())
+		}
+		for what, text := range map[string]string{"log": a.log.String(), "metrics": metrics.String(), "repository": string(reports)} {
+			for _, s := range secrets {
+				if strings.Contains(text, s) {
+					c.t.Fatalf("the %s of %s holds the certificate's private key (%.20q)", what, a.node.name, s)
+				}
+			}
+		}
+	}
 }
 
 // owner is the owner of the Ingress www by the plan of the work tree, as
@@ -709,5 +749,42 @@ func TestIngressChallengesOnlyFromOrderers(t *testing.T) {
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// An agent whose ACME directory accepts connections and never answers
+// stops promptly: the order in flight is cancelled, not waited for.
+func TestIngressStopsWithAnOrderHanging(t *testing.T) {
+	t.Parallel()
+	c := newIngCluster(t, []ingNode{{name: "n1"}})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- conn // held open, never answered
+		}
+	}()
+	a := c.start(0, "", func(o *agent.Options) {
+		o.Ingress.Directory = "https://" + l.Addr().String() + "/dir"
+		o.Ingress.Roots = nil
+	})
+	select {
+	case conn := <-accepted:
+		defer conn.Close()
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent never contacted its ACME directory")
+	}
+	start := time.Now()
+	a.stop(t)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("Run took %v to return with an order hanging", took)
 	}
 }
