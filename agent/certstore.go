@@ -5,6 +5,8 @@ import (
 	"maps"
 	gosync "sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/keel-dev/keel/providers"
 )
 
@@ -88,6 +90,20 @@ func (s *certStore) Retain(keep func(host string) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maps.DeleteFunc(s.certs, func(h string, _ servedCert) bool { return !keep(h) })
+}
+
+// expiryDesc describes keel_certificate_expiry_timestamp_seconds.
+var expiryDesc = prometheus.NewDesc("keel_certificate_expiry_timestamp_seconds",
+	"When the certificate this node serves for a host expires, in Unix seconds.", []string{"host"}, nil)
+
+// Describe and Collect export the expiry of every certificate served,
+// whoever obtained it: a series per host served, gone with the host.
+func (s *certStore) Describe(ch chan<- *prometheus.Desc) { ch <- expiryDesc }
+
+func (s *certStore) Collect(ch chan<- prometheus.Metric) {
+	for host, b := range s.Bundles() {
+		ch <- prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, float64(b.NotAfter.Unix()), host)
+	}
 }
 
 // KeyAuthorization answers an ACME HTTP-01 challenge: this node's own

@@ -114,6 +114,9 @@ func newIngressState(opts Options) (*ingressState, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := opts.Registry.Register(st.certs); err != nil {
+		return nil, fmt.Errorf("registering the certificate metrics: %w", err)
+	}
 	st.pub = newCertPublisher(opts, log)
 	st.acme, err = acme.NewManager(acme.ManagerOptions{Issuer: issuer, OnIssued: st.onIssued, Registry: opts.Registry, Logger: log,
 		RetryBase: io.RetryBase, RetryMax: io.RetryMax})

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/agent"
@@ -547,8 +548,9 @@ func TestIngressUnreadableShareIsNotRepublishedInALoop(t *testing.T) {
 func TestIngressSteadyStateNoPushes(t *testing.T) {
 	t.Parallel()
 	c := newIngCluster(t, []ingNode{{name: "n1", label: "true"}, {name: "n2", label: "true"}, {name: "n3", label: "false"}})
+	var agents []*ingAgent
 	for i := range c.nodes {
-		c.start(i, "", nil)
+		agents = append(agents, c.start(i, "", nil))
 	}
 	c.waitServed(c.nodes[0], c.nodes[1])
 	if n := c.steadyPushes(5 * time.Second); n != 0 {
@@ -556,6 +558,25 @@ func TestIngressSteadyStateNoPushes(t *testing.T) {
 	}
 	if _, err := c.rawSerial(c.nodes[2]); err == nil {
 		t.Fatal("n3, labelled keel.dev/ingress=false, serves the host")
+	}
+	// Every node that serves the certificate exports its expiry, the
+	// owner or not (before, only the owner did); n3 serves none.
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", net.JoinHostPort(c.nodes[0].ip, strconv.Itoa(c.httpsPort)), &tls.Config{ServerName: ingHost, RootCAs: c.peb.IssuingRoots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter := conn.ConnectionState().PeerCertificates[0].NotAfter
+	conn.Close()
+	for i, a := range agents {
+		want := fmt.Sprintf("# HELP keel_certificate_expiry_timestamp_seconds When the certificate this node serves for a host expires, in Unix seconds.\n"+
+			"# TYPE keel_certificate_expiry_timestamp_seconds gauge\nkeel_certificate_expiry_timestamp_seconds{host=%q} %d\n", ingHost, notAfter.Unix())
+		if i == 2 {
+			want = ""
+		}
+		if err := testutil.GatherAndCompare(a.reg, strings.NewReader(want), "keel_certificate_expiry_timestamp_seconds"); err != nil {
+			t.Errorf("%s: %v", a.node.name, err)
+		}
 	}
 }
 
