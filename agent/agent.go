@@ -419,7 +419,7 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		}
 	}
 	if res.certsRead && a.ing != nil {
-		a.ing.takeShared(res.certs, res.certRefs, res.started, res.certProblems)
+		a.ing.takeShared(res.certs, res.certRefs, res.startedAt, res.certProblems)
 		for _, p := range res.certProblems {
 			a.log.Debug("shared certificate ignored", "problem", p)
 		}

@@ -29,6 +29,9 @@ type fetchResult struct {
 	// is at most that fresh, however late the loop takes it in (a fetch
 	// that ends while the agent is stopped, say).
 	started time.Time
+	// startedAt is when the fetch began by the machine's clock, to order
+	// it against this node's certificate pushes whatever Options.Now is.
+	startedAt time.Time
 
 	changedTip     bool
 	changedReports bool
@@ -164,7 +167,7 @@ func (w *gitWorker) run(ctx context.Context) {
 		// from a local repository (it kills git-upload-pack, then waits for
 		// its children, which wait for it).
 		res := w.fetchOnce(context.WithoutCancel(ctx), &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys, model)
-		res.took, res.started = time.Since(start), started
+		res.took, res.started, res.startedAt = time.Since(start), started, start
 		if res.err != nil {
 			notBefore = time.Now().Add(retry.NextBackOff())
 		} else {

@@ -82,7 +82,8 @@ type ingressState struct {
 	// refs are the commits of the certificate refs at the last read, by
 	// host, whether they were read or refused.
 	refs map[string]plumbing.Hash
-	// readAt is when the last read began (the fetch's start).
+	// readAt is when the last read began (the fetch's start, by the
+	// machine's clock, as pushedCopy.at).
 	readAt time.Time
 	// unread is, by host, the commit this node pushed that was seen
 	// refused on read (warned about once).
@@ -622,7 +623,8 @@ func (p *certPublisher) forget(host string) {
 }
 
 // pushedCopy is a copy of a shared certificate this node pushed: its
-// commit, and when the push ended.
+// commit, and when the push ended (the machine's clock: only ever
+// compared with when a fetch began).
 type pushedCopy struct {
 	commit plumbing.Hash
 	at     time.Time
@@ -760,7 +762,7 @@ func (p *certPublisher) publish(ctx context.Context, s certshare.Sealed) error {
 		}
 	}
 	p.mu.Lock()
-	p.pushed[s.Meta.Host] = pushedCopy{commit: commit, at: p.now()}
+	p.pushed[s.Meta.Host] = pushedCopy{commit: commit, at: time.Now()}
 	if k, ok := p.known[s.Meta.Host]; !ok || !k.Meta.Published.After(s.Meta.Published) {
 		p.known[s.Meta.Host] = s
 	}
