@@ -419,7 +419,7 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		}
 	}
 	if res.certsRead && a.ing != nil {
-		a.ing.takeShared(res.certs, res.certProblems)
+		a.ing.takeShared(res.certs, res.certRefs, res.startedAt, res.certProblems)
 		for _, p := range res.certProblems {
 			a.log.Debug("shared certificate ignored", "problem", p)
 		}
@@ -818,10 +818,13 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID
 	}
-	t, c := r.Time, r.Clock
-	r.Time, r.Clock = time.Time{}, time.Time{}
+	// The content compared leaves out what moves at every pass without
+	// news: the times, and since (derived from the time here; the
+	// publisher sets its own).
+	t, c, since := r.Time, r.Clock, r.Since
+	r.Time, r.Clock, r.Since = time.Time{}, time.Time{}, time.Time{}
 	content := string(r.Marshal())
-	r.Time, r.Clock = t, c
+	r.Time, r.Clock, r.Since = t, c, since
 	interval := time.Duration(a.cluster.ReportInterval)
 	if interval == 0 {
 		interval = time.Duration(render.DefaultReportInterval)

@@ -308,3 +308,41 @@ keel_node_problem{check="vnet"} 0
 		t.Log(text)
 	}
 }
+
+// A steady node pushes its report when it changes and at every report
+// interval, not at every pass: before the fix the report's since, which
+// the loop computes afresh from its time at each pass (the publisher sets
+// its own), made every pass look like a change.
+func TestReportNotPushedAtEveryPass(t *testing.T) {
+	bare, _ := repo(t)
+	git(t, bare, "config", "core.logAllRefUpdates", "always")
+	a, err := agent.New(agent.Options{
+		Node: "n1", StateDir: t.TempDir(), Remote: sync.Remote{URL: bare, Branch: "main"}, Driver: fake.New(),
+		Version: "0.1.0", Poll: time.Hour, Reconcile: 50 * time.Millisecond, DisableWatch: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	pushes := func() int {
+		cmd := exec.Command("git", "reflog", "show", "--format=%H", "refs/keel/reports/n1")
+		cmd.Dir = bare
+		out, _ := cmd.CombinedOutput()
+		return strings.Count(string(out), "\n")
+	}
+	waitFor(t, "the first report", func() bool { return pushes() > 0 })
+	time.Sleep(time.Second) // the instances start, and that is reported
+	before := pushes()
+	time.Sleep(2 * time.Second) // 40 passes, within one 10 s report interval
+	if n := pushes() - before; n > 1 {
+		t.Fatalf("%d report pushes in 2 s of a steady node (passes every 50 ms, report interval 10 s)", n)
+	}
+}

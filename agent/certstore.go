@@ -5,6 +5,8 @@ import (
 	"maps"
 	gosync "sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/keel-dev/keel/providers"
 )
 
@@ -56,28 +58,19 @@ func (s *certStore) Bundles() map[string]*providers.Bundle {
 	return out
 }
 
-// Offer serves b for its host unless the store holds a better one: one
-// that expires later (a renewal replaces the certificate it renews; an old
-// copy read back from git does not replace the renewal). It reports
-// whether the served certificate changed.
-func (s *certStore) Offer(b *providers.Bundle) (bool, error) {
-	s.mu.RLock()
-	cur := s.certs[b.Host].bundle
-	s.mu.RUnlock()
-	if cur != nil && (cur.Serial == b.Serial || !b.NotAfter.After(cur.NotAfter)) {
-		return false, nil
-	}
+// Put serves b for its host, in place of the one served. Which one to
+// serve is the caller's choice (ingressState.serveShared, onIssued): not
+// "the later expiry wins", which a certificate of a compromised node's
+// making, valid for a century, would always win.
+func (s *certStore) Put(b *providers.Bundle) error {
 	c, err := b.TLSCertificate()
 	if err != nil {
-		return false, err
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur := s.certs[b.Host].bundle; cur != nil && (cur.Serial == b.Serial || !b.NotAfter.After(cur.NotAfter)) {
-		return false, nil // a better one came in meanwhile
-	}
 	s.certs[b.Host] = servedCert{bundle: b, tls: c}
-	return true, nil
+	return nil
 }
 
 // Withdraw stops serving host's certificate if its serial is serial,
@@ -97,6 +90,20 @@ func (s *certStore) Retain(keep func(host string) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maps.DeleteFunc(s.certs, func(h string, _ servedCert) bool { return !keep(h) })
+}
+
+// expiryDesc describes keel_certificate_expiry_timestamp_seconds.
+var expiryDesc = prometheus.NewDesc("keel_certificate_expiry_timestamp_seconds",
+	"When the certificate this node serves for a host expires, in Unix seconds.", []string{"host"}, nil)
+
+// Describe and Collect export the expiry of every certificate served,
+// whoever obtained it: a series per host served, gone with the host.
+func (s *certStore) Describe(ch chan<- *prometheus.Desc) { ch <- expiryDesc }
+
+func (s *certStore) Collect(ch chan<- prometheus.Metric) {
+	for host, b := range s.Bundles() {
+		ch <- prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, float64(b.NotAfter.Unix()), host)
+	}
 }
 
 // KeyAuthorization answers an ACME HTTP-01 challenge: this node's own

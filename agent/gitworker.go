@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
@@ -28,6 +29,9 @@ type fetchResult struct {
 	// is at most that fresh, however late the loop takes it in (a fetch
 	// that ends while the agent is stopped, say).
 	started time.Time
+	// startedAt is when the fetch began by the machine's clock, to order
+	// it against this node's certificate pushes whatever Options.Now is.
+	startedAt time.Time
 
 	changedTip     bool
 	changedReports bool
@@ -46,6 +50,7 @@ type fetchResult struct {
 	// agent with an ingress, when their refs or the inventory changed).
 	certsRead    bool
 	certs        map[string]sharedCert
+	certRefs     map[string]plumbing.Hash // host → the commit of its ref, read or not
 	certProblems []string
 }
 
@@ -162,7 +167,7 @@ func (w *gitWorker) run(ctx context.Context) {
 		// from a local repository (it kills git-upload-pack, then waits for
 		// its children, which wait for it).
 		res := w.fetchOnce(context.WithoutCancel(ctx), &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys, model)
-		res.took, res.started = time.Since(start), started
+		res.took, res.started, res.startedAt = time.Since(start), started, start
 		if res.err != nil {
 			notBefore = time.Now().Add(retry.NextBackOff())
 		} else {
@@ -300,7 +305,7 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 		if err != nil {
 			return fetchResult{err: err, stage: "read"}
 		}
-		res.certsRead = true
+		res.certsRead, res.certRefs = true, maps.Clone(reportRefs.Certs)
 		w.lastModel, w.lastCertKeys = model, keys
 	}
 	*prev, *prevReports = refs, reportRefs

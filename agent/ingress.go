@@ -12,10 +12,12 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	gosync "sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/nodeexec"
@@ -76,9 +78,22 @@ type ingressState struct {
 	changed chan struct{}
 
 	// Owned by the loop.
-	shared      map[string]sharedCert // by host, as of the last read
-	routed      bool                  // this node served routes at the last pass
-	tlsServed   []string              // the hosts with tls it serves, as of the last pass
+	shared map[string]sharedCert // by host, as of the last read
+	// refs are the commits of the certificate refs at the last read, by
+	// host, whether they were read or refused.
+	refs map[string]plumbing.Hash
+	// readAt is when the last read began (the fetch's start, by the
+	// machine's clock, as pushedCopy.at).
+	readAt time.Time
+	// unread is, by host, the commit this node pushed that was seen
+	// refused on read (warned about once).
+	unread map[string]plumbing.Hash
+	// read is set once the shared certificates were read since the
+	// agent started: no order starts before, so that a restarted owner
+	// takes its certificate back from git rather than ordering another.
+	read        bool
+	routed      bool     // this node served routes at the last pass
+	tlsServed   []string // the hosts with tls it serves, as of the last pass
 	problems    []string
 	redirectErr string // the last error setting the redirects, logged once
 }
@@ -94,11 +109,15 @@ type sharedCert struct {
 func newIngressState(opts Options) (*ingressState, error) {
 	io := opts.Ingress
 	log := opts.Logger.With("node", opts.Node)
-	st := &ingressState{opts: *io, node: opts.Node, log: log, certs: newCertStore(), changed: make(chan struct{}, 1)}
+	st := &ingressState{opts: *io, node: opts.Node, log: log, certs: newCertStore(), changed: make(chan struct{}, 1),
+		unread: map[string]plumbing.Hash{}}
 	issuer, err := acme.NewIssuer(acme.Options{Directory: io.Directory, Roots: io.Roots, StateDir: opts.StateDir, Logger: log,
 		UserAgent: "keel/" + opts.Version})
 	if err != nil {
 		return nil, err
+	}
+	if err := opts.Registry.Register(st.certs); err != nil {
+		return nil, fmt.Errorf("registering the certificate metrics: %w", err)
 	}
 	st.pub = newCertPublisher(opts, log)
 	st.acme, err = acme.NewManager(acme.ManagerOptions{Issuer: issuer, OnIssued: st.onIssued, Registry: opts.Registry, Logger: log,
@@ -130,7 +149,7 @@ func (st *ingressState) close() {
 // sealed to the ingress nodes, so that they serve it too. It runs on the
 // host's ACME goroutine.
 func (st *ingressState) onIssued(b *providers.Bundle) {
-	if _, err := st.certs.Offer(b); err != nil {
+	if err := st.certs.Put(b); err != nil {
 		st.log.Error("the certificate obtained does not load", "host", b.Host, "err", err)
 		return
 	}
@@ -153,12 +172,21 @@ func (st *ingressState) onIssued(b *providers.Bundle) {
 // readShared opens the shared certificates read from git: on the git
 // worker's goroutine, so that no decryption runs on the loop. opened
 // caches what was opened by commit, so that an unchanged ref is not
-// decrypted again at every fetch.
+// decrypted again at every fetch. Only the hosts of the model's Ingresses
+// with tls count: a ref for any other name (anyone who may publish can
+// push one) is neither opened nor served, nor are its challenges
+// answered.
 func readShared(m *sync.Mirror, model *render.Model, keys sync.ReportKeys, id *certshare.Identity, opened map[string]*providers.Bundle) (map[string]sharedCert, []string, error) {
 	var publishers []string
+	hosts := map[string]bool{}
 	if model != nil {
 		for _, n := range model.IngressNodes() {
 			publishers = append(publishers, n.Name)
+		}
+		for _, in := range model.Ingresses {
+			if in.TLS != nil {
+				hosts[in.Host] = true
+			}
 		}
 	}
 	certs, problems, err := m.Certs(publishers, keys)
@@ -168,6 +196,9 @@ func readShared(m *sync.Mirror, model *render.Model, keys sync.ReportKeys, id *c
 	out := make(map[string]sharedCert, len(certs))
 	seen := map[string]bool{}
 	for host, c := range certs {
+		if !hosts[host] {
+			continue
+		}
 		sc := sharedCert{SharedCert: c}
 		if c.Meta.Certificate != nil && id != nil {
 			key := c.Commit.String()
@@ -191,14 +222,17 @@ func readShared(m *sync.Mirror, model *render.Model, keys sync.ReportKeys, id *c
 	return out, problems, nil
 }
 
-// takeShared takes in the shared certificates of a fetch (on the loop):
-// those opened are offered to the store, and the HTTP-01 answers their
-// publishers ask for are served.
+// takeShared takes in the shared certificates of a fetch (on the loop);
+// the pass that follows decides which to serve and which HTTP-01
+// answers count (serveShared).
 //
 // A shared certificate whose ref was deleted since the last read is
 // withdrawn (the operator's way to force a new key, docs/ingress.md):
-// every node stops serving it, and its owner orders a new one.
-func (st *ingressState) takeShared(shared map[string]sharedCert, problems []string) {
+// every node stops serving it, and its owner orders a new one. So is one
+// that is now refused on read: its publisher left the inventory, lost
+// its ingress label or changed its key (a compromised node's copy goes
+// with it).
+func (st *ingressState) takeShared(shared map[string]sharedCert, refs map[string]plumbing.Hash, readAt time.Time, problems []string) {
 	for host, old := range st.shared {
 		if _, ok := shared[host]; ok || old.Meta.Certificate == nil {
 			continue
@@ -210,20 +244,60 @@ func (st *ingressState) takeShared(shared map[string]sharedCert, problems []stri
 			st.pub.forget(host)
 		}
 	}
-	st.shared, st.problems = shared, problems
+	st.shared, st.refs, st.readAt, st.problems, st.read = shared, refs, readAt, problems, true
+	st.pub.setKnown(shared)
+}
+
+// serveShared serves the shared certificates and HTTP-01 answers that
+// count under the plan (on the loop, at every pass, so that a change of
+// owner takes effect without a new read). owners are the hosts' owners,
+// orderers say who may order a host's certificate: its owner, and the
+// ingress nodes that cannot receive shared certificates (they order
+// their own).
+//
+// The owner's copy wins: any ingress node may publish on any host's ref,
+// so a compromised one could publish a certificate of its own making
+// that expires in a hundred years, and "the later expiry wins" would
+// have every node serve it, the owner included, which would then never
+// renew. So a node that serves a valid certificate replaces it only with
+// the copy its owner published, and the owner never replaces its own; a
+// node that serves none (it just started) takes any valid copy, until the
+// owner's comes. Challenges count only from a host's orderers.
+func (st *ingressState) serveShared(owners map[string]string, orderers func(host, node string) bool) {
+	now := st.pub.now()
+	valid := func(b *providers.Bundle) bool { return b != nil && !now.Before(b.NotBefore) && now.Before(b.NotAfter) }
 	answers := map[string]string{}
-	for _, c := range shared {
-		if c.bundle != nil {
-			if _, err := st.certs.Offer(c.bundle); err != nil {
-				st.log.Warn("a shared certificate does not load", "host", c.Meta.Host, "err", err)
+	for host, c := range st.shared {
+		owner, ok := owners[host]
+		if !ok {
+			continue // not a host of the applied commit's Ingresses
+		}
+		if orderers(host, c.Meta.PublishedBy) {
+			for token, ka := range c.Meta.Challenges {
+				answers[token] = ka
 			}
 		}
-		for token, ka := range c.Meta.Challenges {
-			answers[token] = ka
+		b := c.bundle
+		if !valid(b) {
+			continue
 		}
+		cur := st.certs.Bundle(host)
+		switch {
+		case cur != nil && cur.Serial == b.Serial:
+			continue
+		case !valid(cur):
+			// Nothing (valid) served: any copy beats none.
+		case owner == st.node || c.Meta.PublishedBy != owner:
+			continue
+		}
+		if err := st.certs.Put(b); err != nil {
+			st.log.Warn("a shared certificate does not load", "host", host, "err", err)
+			continue
+		}
+		st.log.Info("serving the shared certificate", "host", host, "serial", b.Serial, "publishedBy", c.Meta.PublishedBy,
+			"expires", b.NotAfter.Format(time.RFC3339))
 	}
 	st.certs.SetShared(answers)
-	st.pub.setKnown(shared)
 }
 
 // pass points the ingress at the plan (on the loop): the routes when this
@@ -262,6 +336,24 @@ func (st *ingressState) pass(m *render.Model, plan *planner.Plan, leaving bool) 
 	if ingressNode {
 		st.tlsServed = slices.Sorted(maps.Keys(tlsHosts))
 	}
+	recipient := map[string]bool{}
+	for _, r := range rs {
+		recipient[r.Node] = true
+	}
+	ingressNodes := map[string]bool{}
+	for _, n := range m.IngressNodes() {
+		ingressNodes[n.Name] = true
+	}
+	st.serveShared(owners, func(host, node string) bool {
+		return node != "" && (node == owners[host] || ingressNodes[node] && !recipient[node])
+	})
+	if !st.read {
+		// Not read yet (the first pass runs on the last good commit,
+		// before the first fetch; or git is unreachable since the start):
+		// a certificate shared in git would not be known, and an order
+		// would issue a certificate that exists already.
+		return
+	}
 	var wants []acme.Want
 	if ingressNode {
 		for _, host := range slices.Sorted(maps.Keys(tlsHosts)) {
@@ -275,23 +367,47 @@ func (st *ingressState) pass(m *render.Model, plan *planner.Plan, leaving bool) 
 				continue
 			}
 			// The owner publishes again what it serves when the shared
-			// copy is not it (a failed push), or is sealed to another set
-			// of nodes (one joined, left, or changed its key).
+			// copy is not it (a failed push, another node's copy), or is
+			// sealed to another set of nodes (one joined, left, or
+			// changed its key).
 			b := st.certs.Bundle(host)
 			if b == nil {
 				continue
+			}
+			pushed := st.pub.lastPushed(host)
+			if !pushed.at.IsZero() && !st.readAt.After(pushed.at) && st.refs[host] != pushed.commit {
+				continue // the last read predates this node's last push: the next one brings it
 			}
 			sh, ok := st.shared[host]
 			if ok && sh.Meta.Certificate != nil && sh.Meta.Certificate.Serial == b.Serial && !certshare.NeedsReseal(sh.Meta, rs) {
 				continue
 			}
-			if ok && sh.Meta.Certificate != nil && sh.Meta.Certificate.Serial != b.Serial && !b.NotAfter.After(sh.Meta.Certificate.NotAfter) {
-				continue // the shared one is newer: it is taken in at the next read
+			if !ok && !pushed.commit.IsZero() && st.refs[host] == pushed.commit {
+				// What this node pushed last is on the ref, and refused on
+				// read (signed with no key or the wrong one): pushing it
+				// again, at every pass, would change nothing.
+				if st.unread[host] != pushed.commit {
+					st.unread[host] = pushed.commit
+					st.log.Warn("the certificate this node shared is refused on read; check its --report-key against its reportKey",
+						"host", host, "problem", problemOf(st.problems, host))
+				}
+				continue
 			}
 			st.pub.republish(b, rs)
 		}
 	}
 	st.acme.Set(wants)
+}
+
+// problemOf is the problem of problems about host's certificate ref, or
+// "".
+func problemOf(problems []string, host string) string {
+	for _, p := range problems {
+		if strings.HasPrefix(p, fmt.Sprintf("certificate of %q ", host)) {
+			return p
+		}
+	}
+	return ""
 }
 
 // solver answers the challenges of this node's orders: DNS-01 through
@@ -397,7 +513,8 @@ func (http01) Type() string { return acme.ChallengeHTTP01 }
 
 func (h http01) Present(ctx context.Context, host, token, keyAuth string) error {
 	h.st.certs.Answer(token, keyAuth)
-	if err := h.st.pub.challenge(ctx, host, token, keyAuth); err != nil {
+	serving, rs := h.st.sharing(host)
+	if err := h.st.pub.challenge(ctx, host, token, keyAuth, serving, rs); err != nil {
 		return fmt.Errorf("publish the HTTP-01 answer for the other ingress nodes: %w", err)
 	}
 	t := time.NewTimer(h.st.opts.HTTP01Wait)
@@ -412,7 +529,19 @@ func (h http01) Present(ctx context.Context, host, token, keyAuth string) error 
 
 func (h http01) CleanUp(ctx context.Context, host, token, _ string) error {
 	h.st.certs.Answer(token, "")
-	return h.st.pub.challenge(ctx, host, token, "")
+	serving, rs := h.st.sharing(host)
+	return h.st.pub.challenge(ctx, host, token, "", serving, rs)
+}
+
+// sharing returns the certificate this node serves for host and the
+// nodes to seal it to, when this node shares its certificates (nil
+// otherwise).
+func (st *ingressState) sharing(host string) (*providers.Bundle, []certshare.Recipient) {
+	rs := st.recipients.Load()
+	if rs == nil || !slices.ContainsFunc(*rs, func(r certshare.Recipient) bool { return r.Node == st.node }) {
+		return nil, nil
+	}
+	return st.certs.Bundle(host), *rs
 }
 
 // certPublisher publishes this node's shared certificates and HTTP-01
@@ -445,6 +574,8 @@ type certPublisher struct {
 	// known is the newest copy of each host's shared certificate: read
 	// from git, or published here since.
 	known map[string]certshare.Sealed
+	// pushed is the last copy of each host this node pushed.
+	pushed map[string]pushedCopy
 	// answers are the HTTP-01 answers of this node's orders in progress,
 	// by host and token.
 	answers map[string]map[string]string
@@ -466,7 +597,7 @@ func newCertPublisher(opts Options, log *slog.Logger) *certPublisher {
 	return &certPublisher{
 		node: opts.Node, stateDir: opts.StateDir, remote: remote, timeout: opts.GitTimeout, signer: opts.ReportSigner,
 		now: opts.Now, log: log, ctx: ctx, cancel: cancel, prefix: render.DefaultReportRefPrefix,
-		known: map[string]certshare.Sealed{}, answers: map[string]map[string]string{}, busy: map[string]bool{}, failed: map[string]time.Time{},
+		known: map[string]certshare.Sealed{}, pushed: map[string]pushedCopy{}, answers: map[string]map[string]string{}, busy: map[string]bool{}, failed: map[string]time.Time{},
 	}
 }
 
@@ -501,6 +632,23 @@ func (p *certPublisher) forget(host string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.known, host)
+	delete(p.pushed, host)
+}
+
+// pushedCopy is a copy of a shared certificate this node pushed: its
+// commit, and when the push ended (the machine's clock: only ever
+// compared with when a fetch began).
+type pushedCopy struct {
+	commit plumbing.Hash
+	at     time.Time
+}
+
+// lastPushed is the last copy of host's shared certificate this node
+// pushed; zero if none.
+func (p *certPublisher) lastPushed(host string) pushedCopy {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pushed[host]
 }
 
 // publishBundle seals b to rs and publishes it, with the HTTP-01 answers
@@ -523,8 +671,12 @@ func (p *certPublisher) publishBundle(ctx context.Context, b *providers.Bundle, 
 
 // challenge publishes the host's shared certificate (or, before its
 // first, the host alone) with keyAuth added as the answer to token, or
-// with token's answer removed when keyAuth is empty.
-func (p *certPublisher) challenge(ctx context.Context, host, token, keyAuth string) error {
+// with token's answer removed when keyAuth is empty. serving is the
+// certificate this node serves for host, sealed to rs, when it shares:
+// that is the certificate published (the copy in git, when it is that
+// one, else sealed afresh), never another node's copy of another
+// certificate under this node's name.
+func (p *certPublisher) challenge(ctx context.Context, host, token, keyAuth string, serving *providers.Bundle, rs []certshare.Recipient) error {
 	p.mu.Lock()
 	if keyAuth == "" {
 		delete(p.answers[host], token)
@@ -542,9 +694,14 @@ func (p *certPublisher) challenge(ctx context.Context, host, token, keyAuth stri
 	p.mu.Unlock()
 	var s certshare.Sealed
 	var err error
-	if ok && base.Meta.Certificate != nil {
+	switch {
+	case serving != nil && (!ok || base.Meta.Certificate == nil || base.Meta.Certificate.Serial != serving.Serial):
+		if s, err = certshare.Seal(serving, p.node, rs, p.now()); err == nil {
+			s, err = s.Republish(p.node, answers, p.now())
+		}
+	case ok && base.Meta.Certificate != nil:
 		s, err = base.Republish(p.node, answers, p.now())
-	} else {
+	default:
 		s, err = certshare.ForChallenges(host, p.node, answers, p.now())
 	}
 	if err != nil {
@@ -607,7 +764,8 @@ func (p *certPublisher) publish(ctx context.Context, s certshare.Sealed) error {
 		}
 		p.mirror = m
 	}
-	if _, err := p.mirror.PublishCert(ctx, s, p.signer, p.now()); err != nil {
+	commit, err := p.mirror.PublishCert(ctx, s, p.signer, p.now())
+	if err != nil {
 		p.mirror = nil // open it afresh: nothing of a failed push is trusted
 		return err
 	}
@@ -617,6 +775,7 @@ func (p *certPublisher) publish(ctx context.Context, s certshare.Sealed) error {
 		}
 	}
 	p.mu.Lock()
+	p.pushed[s.Meta.Host] = pushedCopy{commit: commit, at: time.Now()}
 	if k, ok := p.known[s.Meta.Host]; !ok || !k.Meta.Published.After(s.Meta.Published) {
 		p.known[s.Meta.Host] = s
 	}

@@ -19,10 +19,8 @@ import (
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/providers"
 	"github.com/keel-dev/keel/providers/acme"
-	"github.com/keel-dev/keel/providers/certshare"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
-	"github.com/keel-dev/keel/sync"
 )
 
 // testBundle is a self-signed certificate for host with the given serial.
@@ -76,7 +74,7 @@ func TestIngressReportListsHostsWithoutCertificate(t *testing.T) {
 	st := testIngressState(t)
 	exp := time.Now().Add(60 * 24 * time.Hour).UTC().Truncate(time.Second)
 	b := testBundle(t, "a.example.com", 0xa1, exp)
-	if _, err := st.certs.Offer(b); err != nil {
+	if err := st.certs.Put(b); err != nil {
 		t.Fatal(err)
 	}
 	st.tlsServed = []string{"a.example.com", "b.example.com"}
@@ -91,54 +89,6 @@ func TestIngressReportListsHostsWithoutCertificate(t *testing.T) {
 	r := report.Report{Node: "n1", Time: time.Now(), Certificates: got}
 	if _, err := report.Parse(r.Marshal(), "n1"); err != nil {
 		t.Fatalf("the report does not read back: %v", err)
-	}
-}
-
-// Issue 10: a certificate expiring later replaces the one served (a
-// renewal); an older copy read back from git does not replace it.
-func TestCertStoreKeepsTheNewest(t *testing.T) {
-	s := newCertStore()
-	now := time.Now()
-	old, renewed := testBundle(t, "a.example.com", 1, now.Add(time.Hour)), testBundle(t, "a.example.com", 2, now.Add(2*time.Hour))
-	for _, c := range []struct {
-		b       *providers.Bundle
-		changed bool
-		serial  string
-	}{{old, true, "01"}, {renewed, true, "02"}, {old, false, "02"}, {renewed, false, "02"}} {
-		changed, err := s.Offer(c.b)
-		if err != nil || changed != c.changed || s.Bundle("a.example.com").Serial != c.serial {
-			t.Fatalf("offer serial %s: changed %v (%v), serving %s; want %v, %s", c.b.Serial, changed, err, s.Bundle("a.example.com").Serial, c.changed, c.serial)
-		}
-	}
-	if s.Certificate("a.example.com") == nil || s.Certificate("b.example.com") != nil {
-		t.Fatal("Certificate does not follow the bundles")
-	}
-	if s.Withdraw("a.example.com", "01") || !s.Withdraw("a.example.com", "02") || s.Certificate("a.example.com") != nil {
-		t.Fatal("Withdraw: want only the serial served withdrawn")
-	}
-}
-
-// Issue 10: a shared certificate whose ref is deleted is withdrawn: the
-// node stops serving it. One published anew is served again.
-func TestDeletedSharedCertificateIsWithdrawn(t *testing.T) {
-	st := testIngressState(t)
-	b := testBundle(t, "a.example.com", 7, time.Now().Add(time.Hour))
-	shared := map[string]sharedCert{"a.example.com": {
-		SharedCert: sync.SharedCert{Sealed: certshare.Sealed{Meta: certshare.Meta{Host: "a.example.com",
-			Certificate: &certshare.CertMeta{Serial: b.Serial}}}},
-		bundle: b,
-	}}
-	st.takeShared(shared, nil)
-	if st.certs.Bundle("a.example.com") == nil {
-		t.Fatal("a shared certificate is not served")
-	}
-	st.takeShared(map[string]sharedCert{}, nil)
-	if st.certs.Bundle("a.example.com") != nil {
-		t.Fatal("a certificate whose ref was deleted is still served")
-	}
-	st.takeShared(shared, nil)
-	if st.certs.Bundle("a.example.com") == nil {
-		t.Fatal("a certificate published again is not served")
 	}
 }
 

@@ -289,6 +289,10 @@ func (g ingressFlags) options(f interface{ Changed(string) bool }, reportKey str
 		return nil, errors.New("--acme-http01-wait must not be negative")
 	case g.retryMin < time.Second:
 		return nil, errors.New("--acme-retry-min must be at least a second")
+	case g.http == "" && g.dns == "":
+		// The CA validates HTTP-01 on port 80 of whichever ingress node
+		// the host's DNS names: every one must answer there.
+		return nil, errors.New("--ingress-https needs --ingress-http, which answers the CA's HTTP-01 validations (and redirects to HTTPS); or --dns-provider, for DNS-01")
 	}
 	if g.roots != "" {
 		data, err := readConfigFile(g.roots, 1<<20)

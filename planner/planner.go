@@ -945,6 +945,19 @@ func (p *planner) ingresses() {
 	if len(candidates) == 0 {
 		candidates = alive
 	}
+	// The owner issues the certificate for every node that can receive a
+	// shared one: when any candidate can, the owner is one of them (a node
+	// that cannot issues its own whoever owns the Ingress, and as the
+	// owner it would share with no one).
+	var sharing []*nodeState
+	for _, ns := range candidates {
+		if p.m.Nodes[ns.idx].CanReceiveCertificates() {
+			sharing = append(sharing, ns)
+		}
+	}
+	if len(sharing) > 0 {
+		candidates = sharing
+	}
 	for _, in := range p.m.Ingresses {
 		out := Ingress{Name: in.Name, Host: in.Host, Path: in.Path, Service: in.Backend.Service}
 		ih := hash64(in.Name)

@@ -1245,9 +1245,13 @@ func TestStep9IngressOwner(t *testing.T) {
 		}
 		return b
 	}
+	others := func(names []string, n string) []string {
+		return slices.DeleteFunc(slices.Clone(names), func(x string) bool { return x == n })
+	}
 	cases := []struct {
 		name     string
 		labelled []string
+		keyed    []string // nodes with a reportKey age can encrypt to; nil: none
 		reports  []report.Report
 		want     string
 		reason   string
@@ -1294,6 +1298,24 @@ func TestStep9IngressOwner(t *testing.T) {
 			want:    "d", reason: "holds the certificate; no alive node is labelled keel.dev/ingress=true",
 		},
 		{
+			name: "a node that can receive shared certificates beats one that cannot", labelled: []string{"a", "b", "c", "d"},
+			keyed:   others([]string{"a", "b", "c", "d"}, best("a", "b", "c", "d")),
+			reports: []report.Report{reportOf("a", secs(0)), reportOf("b", secs(0)), reportOf("c", secs(0)), reportOf("d", secs(0))},
+			want:    best(others([]string{"a", "b", "c", "d"}, best("a", "b", "c", "d"))...), reason: "highest rendezvous hash",
+		},
+		{
+			name: "a certificate held by a node that cannot share does not make it the owner", labelled: []string{"a", "b", "c", "d"},
+			keyed:   []string{"a", "b"},
+			reports: []report.Report{reportOf("a", secs(0)), reportOf("b", secs(0)), cert(reportOf("c", secs(0)), "www.example.com"), reportOf("d", secs(0))},
+			want:    best("a", "b"), reason: "highest rendezvous hash",
+		},
+		{
+			name: "sticky to the holder among the nodes that can share", labelled: []string{"a", "b", "c", "d"},
+			keyed:   []string{"a", "b"},
+			reports: []report.Report{reportOf(best("a", "b"), secs(0)), cert(reportOf(otherNode([]string{"a", "b"}, best("a", "b")), secs(0)), "www.example.com"), reportOf("c", secs(0)), reportOf("d", secs(0))},
+			want:    otherNode([]string{"a", "b"}, best("a", "b")), reason: "holds the certificate",
+		},
+		{
 			name: "nobody alive: no owner", labelled: []string{"a"},
 			want: "", reason: "no alive node",
 		},
@@ -1309,6 +1331,11 @@ func TestStep9IngressOwner(t *testing.T) {
 				}
 			}
 			m := repoDef{Nodes: ns, Workloads: []workloadDef{svc("web", 1)}, Ingresses: []ingressDef{{Name: "site", Host: "www.example.com", Service: "web"}}}.model(t)
+			for i := range m.Nodes {
+				if slices.Contains(tc.keyed, m.Nodes[i].Name) {
+					m.Nodes[i].ReportKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+				}
+			}
 			p := plan(m, tc.reports...)
 			in := planIngress(p, "site")
 			if in == nil || in.Owner != tc.want || in.Reason != tc.reason {

@@ -163,8 +163,9 @@ type Ingress struct {
 	Host    string `json:"host"`
 	Path    string `json:"path"`
 	Service string `json:"service"`
-	// Owner serves the Ingress and obtains its certificate; empty when no
-	// node is alive.
+	// Owner serves the Ingress and obtains its certificate: a node that
+	// can receive shared certificates when any candidate can; empty when
+	// no node is alive.
 	Owner  string `json:"owner"`
 	Reason string `json:"reason"`
 }

@@ -61,7 +61,10 @@ type ManagerOptions struct {
 	// host's goroutine: never twice at once for one host, possibly at
 	// once for two. It should publish and serve it and return.
 	OnIssued func(*providers.Bundle)
-	// Registry, if set, gets the certificate metrics.
+	// Registry, if set, gets keel_certificate_renewals_total. (The
+	// expiry of the certificate served is its server's to export: the
+	// agent's, on every node that serves one, not only on those that
+	// order.)
 	Registry prometheus.Registerer
 	Logger   *slog.Logger // slog.Default() if nil
 	// Now is the clock that decides when a certificate is due; time.Now
@@ -229,12 +232,10 @@ func newer(a, b *providers.Bundle) *providers.Bundle {
 	return b
 }
 
-// setCurrentLocked updates the status and the expiry gauge from
-// h.current; m.mu is held.
+// setCurrentLocked updates the status from h.current; m.mu is held.
 func (h *host) setCurrentLocked(m *Manager) {
 	if c := h.current; c != nil {
 		h.status.NotAfter, h.status.Issuer, h.status.Serial = c.NotAfter, c.Issuer, c.Serial
-		m.metrics.expiry.WithLabelValues(h.name).Set(float64(c.NotAfter.Unix()))
 	}
 }
 
@@ -251,7 +252,6 @@ func (m *Manager) Forget(host string) {
 	h.current = nil
 	h.want.Current = nil
 	h.status.NotAfter, h.status.Issuer, h.status.Serial = time.Time{}, "", ""
-	m.metrics.expiry.DeleteLabelValues(host)
 	select {
 	case h.wake <- struct{}{}:
 	default:
@@ -416,7 +416,6 @@ const (
 
 type metrics struct {
 	renewals *prometheus.CounterVec
-	expiry   *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -425,24 +424,17 @@ func newMetrics() *metrics {
 			Name: "keel_certificate_renewals_total",
 			Help: "ACME orders for a host's certificate, by result (issued, failed).",
 		}, []string{"host", "result"}),
-		expiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "keel_certificate_expiry_timestamp_seconds",
-			Help: "When the certificate this node serves for a host expires, in Unix seconds.",
-		}, []string{"host"}),
 	}
 }
 
 func (mt *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{mt.renewals, mt.expiry} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("acme: registering metrics: %w", err)
-		}
+	if err := reg.Register(mt.renewals); err != nil {
+		return fmt.Errorf("acme: registering metrics: %w", err)
 	}
 	return nil
 }
 
 // forget drops a host's series.
 func (mt *metrics) forget(host string) {
-	mt.expiry.DeleteLabelValues(host)
 	mt.renewals.DeletePartialMatch(prometheus.Labels{"host": host})
 }

@@ -64,13 +64,10 @@ func TestManagerRenewsAShortLivedCertificate(t *testing.T) {
 		t.Fatalf("status %+v, want the last certificate %s", st, last.Serial)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
-# HELP keel_certificate_expiry_timestamp_seconds When the certificate this node serves for a host expires, in Unix seconds.
-# TYPE keel_certificate_expiry_timestamp_seconds gauge
-keel_certificate_expiry_timestamp_seconds{host="web.example.com"} %d
 # HELP keel_certificate_renewals_total ACME orders for a host's certificate, by result (issued, failed).
 # TYPE keel_certificate_renewals_total counter
 keel_certificate_renewals_total{host="web.example.com",result="issued"} %d
-`, last.NotAfter.Unix(), len(bs)))); err != nil {
+`, len(bs)))); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -129,8 +126,8 @@ func TestManagerBacksOffWhileTheCurrentCertificateStays(t *testing.T) {
 		t.Fatalf("OnIssued called %d times while every order failed", n)
 	}
 	failed := testutil.ToFloat64(m.metrics.renewals.WithLabelValues("shop.example.com", resultFailed))
-	if failed < 7 || testutil.ToFloat64(m.metrics.expiry.WithLabelValues("shop.example.com")) != float64(current.NotAfter.Unix()) {
-		t.Fatalf("failed orders counted %v, expiry %v", failed, testutil.ToFloat64(m.metrics.expiry.WithLabelValues("shop.example.com")))
+	if failed < 7 {
+		t.Fatalf("failed orders counted %v", failed)
 	}
 
 	// The provider recovers: the next retry issues.
@@ -310,16 +307,10 @@ func TestManagerDecidesWithItsClock(t *testing.T) {
 		t.Fatalf("a ordered %d times before its renewal time", n)
 	}
 	b := got.forHost("b.example.com")[0]
-	expiry := func(lines ...string) string {
-		return "# HELP keel_certificate_expiry_timestamp_seconds When the certificate this node serves for a host expires, in Unix seconds.\n" +
-			"# TYPE keel_certificate_expiry_timestamp_seconds gauge\n" + strings.Join(lines, "\n") + "\n"
-	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(expiry(
-		fmt.Sprintf(`keel_certificate_expiry_timestamp_seconds{host="a.example.com"} %d`, current.NotAfter.Unix()),
-		fmt.Sprintf(`keel_certificate_expiry_timestamp_seconds{host="b.example.com"} %d`, b.NotAfter.Unix()),
-		fmt.Sprintf(`keel_certificate_expiry_timestamp_seconds{host="c.example.com"} %d`, got.forHost("c.example.com")[0].NotAfter.Unix()),
-	)), "keel_certificate_expiry_timestamp_seconds"); err != nil {
-		t.Fatal(err)
+	for host, want := range map[string]*providers.Bundle{"a.example.com": current, "b.example.com": b, "c.example.com": got.forHost("c.example.com")[0]} {
+		if st, _ := statusOf(m, host); st.Serial != want.Serial || !st.NotAfter.Equal(want.NotAfter) {
+			t.Fatalf("status of %s: %+v, want %s", host, st, want)
+		}
 	}
 
 	// Past a's renewal time: a is renewed, b (issued at t0, due at
@@ -352,9 +343,7 @@ func TestManagerDecidesWithItsClock(t *testing.T) {
 	if st := m.Status(); len(st) != 1 || st[0].Host != "a.example.com" {
 		t.Fatalf("status after removing b and c: %+v", st)
 	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(expiry(
-		fmt.Sprintf(`keel_certificate_expiry_timestamp_seconds{host="a.example.com"} %d`, shared.NotAfter.Unix()),
-	)+`# HELP keel_certificate_renewals_total ACME orders for a host's certificate, by result (issued, failed).
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`# HELP keel_certificate_renewals_total ACME orders for a host's certificate, by result (issued, failed).
 # TYPE keel_certificate_renewals_total counter
 keel_certificate_renewals_total{host="a.example.com",result="issued"} 1
 `)); err != nil {
