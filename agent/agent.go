@@ -149,6 +149,10 @@ type Agent struct {
 	// waiting is what the last pass waited for (break before make), to log
 	// it when it changes rather than at every pass.
 	waiting string
+	// unschedulable is what the last plan could not place, to log it when
+	// it changes; servicesSeen the Services whose series are exported.
+	unschedulable string
+	servicesSeen  map[string]bool
 	// proxied is what the service proxies were last set to, for the report.
 	proxied []proxy.Service
 
@@ -629,6 +633,7 @@ func (a *Agent) pass(ctx context.Context) {
 		}
 	}
 	a.metrics.NodesAlive.Set(float64(alive))
+	a.updatePlanMetrics(m, plan)
 
 	if m.Cluster.Suspend {
 		a.log.Debug("cluster suspended: instances are watched, nothing is changed")
@@ -862,6 +867,38 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 // listing of what runs and the network calls, each bounded by a minute.
 func (a *Agent) loopStallLimit() time.Duration {
 	return 3*a.opts.Reconcile + time.Minute
+}
+
+// updatePlanMetrics sets what the plan says of the whole cluster: the
+// instances that cannot be placed (logged when that set changes) and each
+// Service's replicas and endpoints.
+func (a *Agent) updatePlanMetrics(m *render.Model, plan *planner.Plan) {
+	a.metrics.Unschedulable.Set(float64(len(plan.Unschedulable)))
+	var parts []string
+	for _, u := range plan.Unschedulable {
+		parts = append(parts, u.Instance+": "+u.Reason)
+	}
+	if text := strings.Join(parts, "; "); text != a.unschedulable {
+		a.unschedulable = text
+		if text != "" {
+			a.log.Warn("instances cannot be placed on any node", "count", len(parts), "unschedulable", text)
+		}
+	}
+	services := make(map[string]bool, len(m.Services))
+	for _, s := range m.Services {
+		services[s.Name] = true
+		a.metrics.ServiceReplicas.WithLabelValues(s.Name).Set(float64(s.Replicas))
+	}
+	for _, s := range plan.Services {
+		a.metrics.ServiceEndpoints.WithLabelValues(s.Name).Set(float64(len(s.Endpoints)))
+	}
+	for name := range a.servicesSeen {
+		if !services[name] {
+			a.metrics.ServiceReplicas.DeleteLabelValues(name)
+			a.metrics.ServiceEndpoints.DeleteLabelValues(name)
+		}
+	}
+	a.servicesSeen = services
 }
 
 func (a *Agent) updateInstanceMetrics(m *render.Model) {

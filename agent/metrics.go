@@ -25,6 +25,13 @@ type Metrics struct {
 	ReportPushes       prometheus.Counter
 	Plan               *prometheus.GaugeVec
 	NodeProblems       *prometheus.GaugeVec
+	// Unschedulable counts the instances the plan cannot place, cluster
+	// wide; ServiceReplicas and ServiceEndpoints are each Service's
+	// replicas and its endpoints in the plan (the replicas that may take
+	// traffic).
+	Unschedulable    prometheus.Gauge
+	ServiceReplicas  *prometheus.GaugeVec
+	ServiceEndpoints *prometheus.GaugeVec
 }
 
 // NewMetrics registers the agent's metrics, and the Go and process
@@ -84,10 +91,19 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		NodeProblems: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "keel_node_problem", Help: "Host prerequisites that do not hold on this node, by check (0: the check passes).",
 		}, []string{"check"}),
+		Unschedulable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keel_instances_unschedulable", Help: "Instances of the applied commit that this node's plan cannot place on any node, cluster wide.",
+		}),
+		ServiceReplicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_service_replicas", Help: "Replicas each Service of the applied commit asks for.",
+		}, []string{"service"}),
+		ServiceEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_service_endpoints_ready", Help: "Endpoints of each Service in this node's plan: its replicas that run and may take traffic.",
+		}, []string{"service"}),
 	}
 	reg.MustRegister(m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
 		m.ReconcileDuration, m.ReconcileErrors, m.InstancesWaiting, m.InstanceOperations, m.Instances, m.InstanceInfo, m.InstanceRestarts,
-		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems,
+		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems, m.Unschedulable, m.ServiceReplicas, m.ServiceEndpoints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"fetch", "read", "publish"} {
 		m.SyncErrors.WithLabelValues(r)

@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/render"
 )
 
 // TestInstanceMetricsPruned: the restart series of instances this node no
@@ -39,5 +43,48 @@ func TestShrunk(t *testing.T) {
 		if got := shrunk(c.before, c.after); got != c.want {
 			t.Errorf("shrunk(%d, %d) = %v, want %v", c.before, c.after, got, c.want)
 		}
+	}
+}
+
+// Issue 11: what the plan cannot place, and each Service's replicas and
+// ready endpoints, are metrics; a Service that leaves the model takes its
+// series with it.
+func TestPlanMetrics(t *testing.T) {
+	a := &Agent{metrics: NewMetrics(prometheus.NewRegistry()), log: slog.New(slog.DiscardHandler)}
+	m := &render.Model{Services: []render.Service{{Name: "web", Replicas: 3}, {Name: "db", Replicas: 2}}}
+	plan := &planner.Plan{
+		Services: []planner.Service{
+			{Name: "web", Endpoints: []planner.Endpoint{{Instance: "web-0"}, {Instance: "web-1"}}},
+			{Name: "db"},
+		},
+		Unschedulable: []planner.Unschedulable{{Instance: "web-2", Service: "web", Reason: "no node has 8 CPUs free"}},
+	}
+	a.updatePlanMetrics(m, plan)
+	for _, c := range []struct {
+		g    prometheus.Collector
+		want float64
+	}{
+		{a.metrics.Unschedulable, 1},
+		{a.metrics.ServiceReplicas.WithLabelValues("web"), 3},
+		{a.metrics.ServiceEndpoints.WithLabelValues("web"), 2},
+		{a.metrics.ServiceReplicas.WithLabelValues("db"), 2},
+		{a.metrics.ServiceEndpoints.WithLabelValues("db"), 0},
+	} {
+		if got := testutil.ToFloat64(c.g); got != c.want {
+			t.Errorf("got %v, want %v", got, c.want)
+		}
+	}
+	if a.unschedulable != "web-2: no node has 8 CPUs free" {
+		t.Errorf("unschedulable logged as %q", a.unschedulable)
+	}
+	a.updatePlanMetrics(&render.Model{Services: m.Services[:1]}, &planner.Plan{Services: plan.Services[:1]})
+	if n := testutil.CollectAndCount(a.metrics.ServiceReplicas); n != 1 {
+		t.Errorf("%d replica series after db left, want 1", n)
+	}
+	if n := testutil.CollectAndCount(a.metrics.ServiceEndpoints); n != 1 {
+		t.Errorf("%d endpoint series after db left, want 1", n)
+	}
+	if got := testutil.ToFloat64(a.metrics.Unschedulable); got != 0 {
+		t.Errorf("unschedulable %v once everything is placed, want 0", got)
 	}
 }
