@@ -192,7 +192,23 @@ func (o *planOutput) summary() string {
 	if len(parts) == 0 {
 		parts = append(parts, "no changes")
 	}
-	return fmt.Sprintf("%s: %s; %s", what, strings.Join(parts, ", "), plural(len(o.Warnings), "warning"))
+	out := fmt.Sprintf("%s: %s; %s", what, strings.Join(parts, ", "), plural(len(o.Warnings), "warning"))
+	if n := o.troubled(); n > 0 && o.Compared {
+		out += fmt.Sprintf("; %s failing or unschedulable in the cluster", plural(n, "instance"))
+	}
+	return out
+}
+
+// troubled counts the instances of the cluster that are failing on their
+// node or cannot be placed, whatever the change under review.
+func (o *planOutput) troubled() int {
+	n := 0
+	for _, c := range o.Pending {
+		if c.Action == planner.ActionFailing || c.Action == planner.ActionUnschedulable {
+			n++
+		}
+	}
+	return n
 }
 
 func actionWord(a string) string {
@@ -392,11 +408,13 @@ func allocDetail(a planner.Allocation) string {
 // errors prominent, details in collapsible sections.
 func (o *planOutput) markdown() string {
 	var b strings.Builder
+	// ✅ only when nothing in the cluster is failing: a clean change to
+	// a cluster whose work is failing or unschedulable still gets ⚠️.
 	icon := "✅"
 	switch {
 	case len(o.Errors) > 0:
 		icon = "❌"
-	case len(o.Warnings) > 0:
+	case len(o.Warnings) > 0 || o.troubled() > 0:
 		icon = "⚠️"
 	}
 	fmt.Fprintf(&b, "### %s keel plan: %s\n\n", icon, o.summary())
