@@ -245,7 +245,10 @@ func changeDetail(c planner.Change) string {
 	if c.From != "" {
 		parts = append(parts, "from "+c.From)
 	}
-	if len(c.Fields) > 0 {
+	switch {
+	case len(c.Details) > 0:
+		parts = append(parts, strings.Join(c.Details, "; "))
+	case len(c.Fields) > 0:
 		parts = append(parts, strings.Join(c.Fields, ", "))
 	}
 	if c.Reason != "" {

@@ -39,8 +39,11 @@ type Change struct {
 	Node string `json:"node,omitempty"`
 	// From is the node an instance moves from.
 	From string `json:"from,omitempty"`
-	// Fields lists the spec fields that differ, for replace/restart/update.
-	Fields []string `json:"fields,omitempty"`
+	// Fields lists the spec fields that differ, for replace/restart/update,
+	// and Details what each became, old → new, in the same order
+	// (render.FieldChange.Detail: secret-looking env values masked).
+	Fields  []string `json:"fields,omitempty"`
+	Details []string `json:"details,omitempty"`
 	Reason string   `json:"reason,omitempty"`
 }
 
@@ -151,9 +154,10 @@ func moveReason(baseModel, headModel *render.Model, old, cur *render.Instance, f
 // most disruptive class among them.
 func specChange(inst *render.Instance, node string, fc []render.FieldChange) Change {
 	action := ActionUpdate
-	var fields []string
+	var fields, details []string
 	for _, f := range fc {
 		fields = append(fields, f.Field)
+		details = append(details, f.Detail)
 		switch {
 		case f.Class == render.ChangeReplace:
 			action = ActionReplace
@@ -165,7 +169,7 @@ func specChange(inst *render.Instance, node string, fc []render.FieldChange) Cha
 	if action != ActionUpdate && inst.Service != "" {
 		reason = "one replica at a time"
 	}
-	return Change{Instance: inst.Name, Service: inst.Service, Action: action, Node: node, Fields: fields, Reason: reason}
+	return Change{Instance: inst.Name, Service: inst.Service, Action: action, Node: node, Fields: fields, Details: details, Reason: reason}
 }
 
 // Pending compares a plan with what the reports show: what the agents will

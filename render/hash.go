@@ -4,8 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // ChangeClass says what a change to a field does to a running instance (the
@@ -33,6 +37,10 @@ const (
 type FieldChange struct {
 	Field string      `json:"field"`
 	Class ChangeClass `json:"class"`
+	// Detail says what changed, old → new ("image: base/a → base/b"),
+	// with the values of secret-looking environment variables masked and
+	// long values cut (MaskedValue, cutValue).
+	Detail string `json:"detail,omitempty"`
 }
 
 // The parts of a spec that each class of change covers. A specHash is the
@@ -107,19 +115,111 @@ func ClassifyHashChange(from, to string) ChangeClass {
 // class, in a fixed order (most disruptive first).
 func CompareSpecs(from, to JailSpec) []FieldChange {
 	var out []FieldChange
-	add := func(changed bool, field string, class ChangeClass) {
+	add := func(changed bool, field string, class ChangeClass, detail func() string) {
 		if changed {
-			out = append(out, FieldChange{Field: field, Class: class})
+			out = append(out, FieldChange{Field: field, Class: class, Detail: field + ": " + detail()})
 		}
 	}
-	add(from.Image != to.Image, "image", ChangeReplace)
-	add(from.Network.VNet != to.Network.VNet, "network.vnet", ChangeReplace)
-	add(from.Network.Bridge != to.Network.Bridge, "network.bridge", ChangeReplace)
-	add(from.Network.Address != to.Network.Address, "network.address", ChangeReplace)
-	add(!slices.Equal(from.Volumes, to.Volumes), "volumes", ChangeReplace)
-	add(!slices.Equal(from.Command, to.Command), "command", ChangeRestart)
-	add(!maps.Equal(from.Env, to.Env), "env", ChangeRestart)
-	add(from.Resources != to.Resources, "resources", ChangeLive)
-	add(from.RestartPolicy != to.RestartPolicy, "restartPolicy", ChangeLive)
+	arrow := func(a, b string) func() string { return func() string { return cutValue(a) + " → " + cutValue(b) } }
+	add(from.Image != to.Image, "image", ChangeReplace, arrow(from.Image, to.Image))
+	add(from.Network.VNet != to.Network.VNet, "network.vnet", ChangeReplace, arrow(fmt.Sprint(from.Network.VNet), fmt.Sprint(to.Network.VNet)))
+	add(from.Network.Bridge != to.Network.Bridge, "network.bridge", ChangeReplace, arrow(from.Network.Bridge, to.Network.Bridge))
+	add(from.Network.Address != to.Network.Address, "network.address", ChangeReplace, arrow(addrText(from.Network.Address), addrText(to.Network.Address)))
+	add(!slices.Equal(from.Volumes, to.Volumes), "volumes", ChangeReplace, arrow(volumeText(from.Volumes), volumeText(to.Volumes)))
+	add(!slices.Equal(from.Command, to.Command), "command", ChangeRestart, arrow(commandText(from.Command), commandText(to.Command)))
+	add(!maps.Equal(from.Env, to.Env), "env", ChangeRestart, func() string { return envDiff(from.Env, to.Env) })
+	add(from.Resources != to.Resources, "resources", ChangeLive, func() string {
+		var parts []string
+		if from.Resources.CPU != to.Resources.CPU {
+			parts = append(parts, "cpu "+from.Resources.CPU.String()+" → "+to.Resources.CPU.String())
+		}
+		if from.Resources.Memory != to.Resources.Memory {
+			parts = append(parts, "memory "+from.Resources.Memory.String()+" → "+to.Resources.Memory.String())
+		}
+		return strings.Join(parts, ", ")
+	})
+	add(from.RestartPolicy != to.RestartPolicy, "restartPolicy", ChangeLive, arrow(from.RestartPolicy, to.RestartPolicy))
 	return out
+}
+
+// maxValueText bounds a value shown in a change's detail.
+const maxValueText = 60
+
+// cutValue shortens v for a change's detail, at a UTF-8 boundary.
+func cutValue(v string) string {
+	if len(v) <= maxValueText {
+		return v
+	}
+	n := maxValueText
+	for n > 0 && !utf8.RuneStart(v[n]) {
+		n--
+	}
+	return v[:n] + "…"
+}
+
+func addrText(a Addr) string {
+	if !a.IsValid() {
+		return "(assigned)"
+	}
+	return a.String()
+}
+
+func volumeText(vs []Volume) string {
+	if len(vs) == 0 {
+		return "(none)"
+	}
+	names := make([]string, len(vs))
+	for i, v := range vs {
+		names[i] = v.Name + ":" + v.MountPath
+	}
+	return strings.Join(names, ", ")
+}
+
+func commandText(c []string) string {
+	if len(c) == 0 {
+		return "(none)"
+	}
+	return strings.Join(c, " ")
+}
+
+// secretWords mark an environment variable whose value a change's detail
+// never shows: its name holds one of them (case-insensitively).
+var secretWords = []string{"SECRET", "TOKEN", "PASSWORD", "PASSWD", "PASS", "KEY", "CREDENTIAL", "AUTH", "PRIVATE", "CERT", "DSN"}
+
+// MaskedValue returns the value of environment variable name as a plan
+// may show it: "(masked)" when the name looks like a secret's.
+func MaskedValue(name, value string) string {
+	up := strings.ToUpper(name)
+	for _, w := range secretWords {
+		if strings.Contains(up, w) {
+			return "(masked)"
+		}
+	}
+	return strconv.Quote(cutValue(value))
+}
+
+// envDiff describes what changed between two environments, by key in
+// order: +KEY=value, -KEY, KEY: old → new; secret-looking values masked.
+func envDiff(from, to map[string]string) string {
+	keys := slices.Sorted(maps.Keys(from))
+	for k := range to {
+		if _, ok := from[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		a, inFrom := from[k]
+		b, inTo := to[k]
+		switch {
+		case !inFrom:
+			parts = append(parts, "+"+k+"="+MaskedValue(k, b))
+		case !inTo:
+			parts = append(parts, "-"+k)
+		case a != b:
+			parts = append(parts, k+": "+MaskedValue(k, a)+" → "+MaskedValue(k, b))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
