@@ -44,7 +44,7 @@ type Change struct {
 	// (render.FieldChange.Detail: secret-looking env values masked).
 	Fields  []string `json:"fields,omitempty"`
 	Details []string `json:"details,omitempty"`
-	Reason string   `json:"reason,omitempty"`
+	Reason  string   `json:"reason,omitempty"`
 }
 
 // Allocation is a subnet, VIP or pin that a change adds, drops or changes.
