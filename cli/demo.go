@@ -192,6 +192,25 @@ func (e *env) printDemo(c *localcluster.Cluster, keel string) {
 			fmt.Fprintf(e.stdout, "  %-6s curl http://%s:%d/\n", s.Name, s.VIP, s.Port)
 		}
 	}
+	fmt.Fprintln(e.stdout, "\nAgents:")
+	w = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  NODE\tPID\tLOG")
+	for _, n := range c.Nodes {
+		fmt.Fprintf(w, "  %s\t%d\t%s\n", n, c.PID(n), c.LogFile(n))
+	}
+	w.Flush()
+	last := c.Nodes[len(c.Nodes)-1]
+	argv := c.AgentArgv(last)
+	for i, a := range argv {
+		argv[i] = shellQuote(a)
+	}
+	fmt.Fprintf(e.stdout, `Stop one node's agent (its instances keep running; the others see it dead
+after the cluster's livenessTTL and take its stateless work):
+  kill %d
+Start it again (it carries on from its state directory; stop it yourself
+before Ctrl-C, which stops only the agents the demo started):
+  GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 %s >> %s 2>&1 &
+`, c.PID(last), strings.Join(argv, " "), shellQuote(c.LogFile(last)))
 	fmt.Fprintln(e.stdout, "\nMetrics:")
 	for _, n := range c.Nodes {
 		addr, err := c.MetricsAddr(ctx, n)

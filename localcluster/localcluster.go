@@ -312,6 +312,15 @@ func (c *Cluster) Start(node string, env ...string) error {
 	return nil
 }
 
+// AgentArgv returns the argv that runs node's agent (the keel binary
+// first), as Start runs it: for a person to start a stopped node again.
+func (c *Cluster) AgentArgv(node string) []string {
+	return c.agentCommand(node, nil).Args
+}
+
+// LogFile is where node's agent writes its log.
+func (c *Cluster) LogFile(node string) string { return filepath.Join(c.StateDir(node), "agent.log") }
+
 // agentCommand is the command that runs node's agent, with env added to
 // its environment after NodeEnv's.
 func (c *Cluster) agentCommand(node string, env []string) *exec.Cmd {
