@@ -1,6 +1,6 @@
 package planner
 
-// Property tests over generated clusters (DESIGN.md, "How it is tested"):
+// Property tests over generated clusters (docs/architecture.md, "How it is tested"):
 // up to 200 nodes with skewed clocks, dead nodes still holding volumes,
 // duplicate and stale reports, full, drained and refusing nodes, malformed
 // report files, pins, explicit addresses, rollouts and Ingresses.

@@ -1,6 +1,6 @@
 package planner
 
-// Table tests for the ten placement steps of DESIGN.md ("Placement
+// Table tests for the ten placement steps of docs/architecture.md ("Placement
 // (planner)"), plus liveness and AssumeAlive. Each test builds a real
 // repository, renders it, and plans it with hand-written reports.
 
