@@ -146,6 +146,12 @@ func (b *backendClient) send(c *backendConn, req *http.Request) (*http.Response,
 	if err := c.c.SetReadDeadline(time.Now().Add(b.headerTimeout)); err != nil {
 		return fail(err)
 	}
+	// A cancellation whose callback ran before the line above had its
+	// deadline in the past replaced by the header timeout: the read would
+	// wait that long for a backend that may never answer.
+	if ctx.Err() != nil {
+		return fail(ctx.Err())
+	}
 	if _, err := c.br.Peek(1); err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
