@@ -823,13 +823,10 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID
 	}
-	// The content compared leaves out what moves at every pass without
-	// news: the times, and since (derived from the time here; the
-	// publisher sets its own).
-	t, c, since := r.Time, r.Clock, r.Since
-	r.Time, r.Clock, r.Since = time.Time{}, time.Time{}, time.Time{}
+	t, c := r.Time, r.Clock
+	r.Time, r.Clock = time.Time{}, time.Time{}
 	content := string(r.Marshal())
-	r.Time, r.Clock, r.Since = t, c, since
+	r.Time, r.Clock = t, c
 	interval := time.Duration(a.cluster.ReportInterval)
 	if interval == 0 {
 		interval = time.Duration(render.DefaultReportInterval)

@@ -553,30 +553,11 @@ func TestIngressSteadyStateNoPushes(t *testing.T) {
 		agents = append(agents, c.start(i, "", nil))
 	}
 	c.waitServed(c.nodes[0], c.nodes[1])
-	reportPushes := func() int {
-		out, _ := exec.Command("git", "-C", c.bare, "reflog", "show", "--format=%H", "refs/keel/reports/n1").CombinedOutput()
-		return strings.Count(string(out), "\n")
-	}
-	reportsBefore := reportPushes()
 	if n := c.steadyPushes(5 * time.Second); n != 0 {
 		t.Fatalf("%d pushes to the certificate ref in 5 s of a steady cluster, want 0", n)
 	}
-	// Passes run every 200 ms; a report is pushed when its content
-	// changes, else every reportInterval (2 s): the certificates it lists
-	// do not change at every pass.
-	if n := reportPushes() - reportsBefore; n > 5 {
-		var out []byte
-		for i := range 4 {
-			d, _ := exec.Command("git", "-C", c.bare, "diff", fmt.Sprintf("refs/keel/reports/n1@{%d}", i+1), fmt.Sprintf("refs/keel/reports/n1@{%d}", i), "--", "report.yaml").CombinedOutput()
-			out = append(out, d...)
-		}
-		t.Fatalf("n1 pushed its report %d times in 6 s of a steady cluster:\n%s", n, out)
-	}
 	if _, err := c.rawSerial(c.nodes[2]); err == nil {
 		t.Fatal("n3, labelled keel.dev/ingress=false, serves the host")
-	}
-	if n := agents[2].issued(); n != 0 {
-		t.Fatalf("n3, labelled keel.dev/ingress=false, ordered %v certificates", n)
 	}
 	// Every node that serves the certificate exports its expiry, the
 	// owner or not (before, only the owner did); n3 serves none.
