@@ -175,8 +175,9 @@ type Server struct {
 	inflight chan struct{}
 	bufs     bufferPool
 
-	table atomic.Pointer[table] // swapped whole by SetRoutes
-	setMu sync.Mutex            // serializes SetRoutes
+	table      atomic.Pointer[table] // swapped whole by SetRoutes
+	setMu      sync.Mutex            // serializes SetRoutes
+	lastRoutes []Route               // the valid routes of the table in use (setMu)
 
 	httpSrv, httpsSrv   *http.Server // nil when not served
 	httpAddr, httpsAddr net.Addr

@@ -113,6 +113,12 @@ func (s *Server) SetRoutes(routes []Route) error {
 		seen[k] = true
 		valid = append(valid, r)
 	}
+	if slices.EqualFunc(valid, s.lastRoutes, sameRoute) {
+		// The plan is made at every pass: an unchanged table is kept, with
+		// its round-robin positions, rather than built again.
+		return errors.Join(errs...)
+	}
+	s.lastRoutes = valid
 	old := s.table.Load()
 	t := s.newTable(valid, old)
 	s.table.Store(t)
@@ -132,6 +138,11 @@ func (s *Server) SetRoutes(routes []Route) error {
 	s.backend.retain(targets)
 	s.log.Debug("ingress routes set", "hosts", len(t.hosts), "routes", len(valid))
 	return errors.Join(errs...)
+}
+
+// sameRoute reports whether two normalized routes are the same.
+func sameRoute(a, b Route) bool {
+	return a.Host == b.Host && a.Path == b.Path && a.Service == b.Service && a.Insecure == b.Insecure && slices.Equal(a.Endpoints, b.Endpoints)
 }
 
 // normalize checks r and puts its host and path in the form lookups use.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -243,4 +244,29 @@ func FuzzCanonicalHost(f *testing.F) {
 			t.Fatalf("canonicalHost(%q) = %q but with a port and upper case %q", h, got, with)
 		}
 	})
+}
+
+// The agent sets the routes at every pass: the same routes keep the table
+// in use (and its round-robin positions); other routes replace it.
+func TestSetRoutesUnchangedKeepsTheTable(t *testing.T) {
+	checkLeaks(t)
+	eps := []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("127.0.0.1:2")}
+	s := newServer(t, Options{})
+	routes := func() []Route { return []Route{{Host: "Web.test", Path: "/", Service: "web", Endpoints: slices.Clone(eps)}} }
+	if err := s.SetRoutes(routes()); err != nil {
+		t.Fatal(err)
+	}
+	first := s.table.Load()
+	if err := s.SetRoutes(routes()); err != nil {
+		t.Fatal(err)
+	}
+	if s.table.Load() != first {
+		t.Fatal("the same routes built a new table")
+	}
+	if err := s.SetRoutes([]Route{{Host: "web.test", Path: "/", Service: "web", Endpoints: eps[:1]}}); err != nil {
+		t.Fatal(err)
+	}
+	if s.table.Load() == first {
+		t.Fatal("other endpoints kept the old table")
+	}
 }
