@@ -252,7 +252,9 @@ func TestSetRoutesUnchangedKeepsTheTable(t *testing.T) {
 	checkLeaks(t)
 	eps := []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("127.0.0.1:2")}
 	s := newServer(t, Options{})
-	routes := func() []Route { return []Route{{Host: "Web.test", Path: "/", Service: "web", Endpoints: slices.Clone(eps)}} }
+	routes := func() []Route {
+		return []Route{{Host: "Web.test", Path: "/", Service: "web", Endpoints: slices.Clone(eps)}}
+	}
 	if err := s.SetRoutes(routes()); err != nil {
 		t.Fatal(err)
 	}
