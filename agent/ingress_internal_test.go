@@ -2,15 +2,8 @@ package agent
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"log/slog"
-	"math/big"
 	"net/netip"
 	"slices"
 	"testing"
@@ -19,33 +12,10 @@ import (
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/providers"
 	"github.com/keel-dev/keel/providers/acme"
+	"github.com/keel-dev/keel/providers/providertest"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
 )
-
-// testBundle is a self-signed certificate for host with the given serial.
-func testBundle(t *testing.T, host string, serial int64, notAfter time.Time) *providers.Bundle {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: notAfter.Add(-90 * 24 * time.Hour), NotAfter: notAfter}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := providers.EncodeKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := providers.ParseBundle(host, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // failingCA never issues: the tests below never let it be asked.
 type failingCA struct{}
@@ -73,17 +43,17 @@ func testIngressState(t *testing.T) *ingressState {
 func TestIngressReportListsHostsWithoutCertificate(t *testing.T) {
 	st := testIngressState(t)
 	exp := time.Now().Add(60 * 24 * time.Hour).UTC().Truncate(time.Second)
-	b := testBundle(t, "a.example.com", 0xa1, exp)
+	b := providertest.SelfSigned(t, "a.example.com", exp.Add(-90*24*time.Hour), exp)
 	if err := st.certs.Put(b); err != nil {
 		t.Fatal(err)
 	}
 	st.tlsServed = []string{"a.example.com", "b.example.com"}
 	got := st.report()
 	want := []report.Certificate{
-		{Host: "a.example.com", Expires: exp, Serial: "a1"},
+		{Host: "a.example.com", Expires: exp, Serial: b.Serial},
 		{Host: "b.example.com", Error: noCertificate},
 	}
-	if len(got) != 2 || got[0].Host != want[0].Host || !got[0].Expires.Equal(exp) || got[0].Serial != "a1" || got[0].Error != "" || got[1] != want[1] {
+	if len(got) != 2 || got[0].Host != want[0].Host || !got[0].Expires.Equal(exp) || got[0].Serial != b.Serial || got[0].Error != "" || got[1] != want[1] {
 		t.Fatalf("report %+v, want %+v", got, want)
 	}
 	r := report.Report{Node: "n1", Time: time.Now(), Certificates: got}

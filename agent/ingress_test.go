@@ -5,18 +5,12 @@ package agent_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -37,8 +31,8 @@ import (
 	"github.com/keel-dev/keel/internal/pebble/pebbletest"
 	"github.com/keel-dev/keel/nodeexec/fake"
 	"github.com/keel-dev/keel/planner"
-	"github.com/keel-dev/keel/providers"
 	"github.com/keel-dev/keel/providers/certshare"
+	"github.com/keel-dev/keel/providers/providertest"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/sync"
 )
@@ -580,34 +574,6 @@ func TestIngressSteadyStateNoPushes(t *testing.T) {
 	}
 }
 
-// selfSigned makes a bundle for host valid from notBefore to notAfter,
-// signed by itself: what a compromised node would publish.
-func selfSigned(t *testing.T, host string, notBefore, notAfter time.Time) *providers.Bundle {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: "self-signed " + host},
-		DNSNames: []string{host}, NotBefore: notBefore, NotAfter: notAfter,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := providers.EncodeKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := providers.ParseBundle(host, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // publishAs publishes s on its host's ref as node i would: signed with
 // its report key, sealed to the cluster's ingress nodes.
 func (c *ingCluster) publishAs(i int, s certshare.Sealed) {
@@ -671,7 +637,7 @@ func TestIngressHostileLongLivedCertificateIsNotPinned(t *testing.T) {
 	serial := c.waitServed(c.nodes...)
 
 	rs, _ := certshare.Recipients(c.model())
-	bogus := selfSigned(t, ingHost, time.Now().Add(-time.Hour), time.Now().Add(100*365*24*time.Hour))
+	bogus := providertest.SelfSigned(t, ingHost, time.Now().Add(-time.Hour), time.Now().Add(100*365*24*time.Hour))
 	s, err := certshare.Seal(bogus, c.nodes[hostile].name, rs, time.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -2,18 +2,12 @@ package acme
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"strings"
@@ -238,34 +232,6 @@ func serveTLS(t *testing.T, b *providers.Bundle, roots *x509.CertPool) *x509.Cer
 		t.Fatal(err)
 	}
 	return conn.ConnectionState().PeerCertificates[0]
-}
-
-// selfSigned makes a bundle for host valid from notBefore to notAfter,
-// signed by itself: a stand-in for a certificate the node serves.
-func selfSigned(t *testing.T, host string, notBefore, notAfter time.Time) *providers.Bundle {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: "self-signed " + host},
-		DNSNames: []string{host}, NotBefore: notBefore, NotAfter: notAfter,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := providers.EncodeKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := providers.ParseBundle(host, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // waitFor polls cond every 10 ms until it holds, failing t after limit.

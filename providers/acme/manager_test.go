@@ -16,6 +16,7 @@ import (
 
 	"github.com/keel-dev/keel/internal/pebble"
 	"github.com/keel-dev/keel/providers"
+	"github.com/keel-dev/keel/providers/providertest"
 )
 
 func newManager(t *testing.T, opts ManagerOptions) *Manager {
@@ -87,7 +88,7 @@ func TestManagerBacksOffWhileTheCurrentCertificateStays(t *testing.T) {
 	})
 	// Valid for a day more: due, but still served.
 	now := time.Now()
-	current := selfSigned(t, "shop.example.com", now.Add(-89*24*time.Hour), now.Add(24*time.Hour))
+	current := providertest.SelfSigned(t, "shop.example.com", now.Add(-89*24*time.Hour), now.Add(24*time.Hour))
 	m.Set([]Want{{Host: "shop.example.com", Current: current, Solver: DNS01(dns)}})
 
 	// Every wait the Manager plans after a failure is within the
@@ -264,7 +265,7 @@ func (l *localCA) Obtain(_ context.Context, host, _ string, _ Solver) (*provider
 	l.calls[host]++
 	l.mu.Unlock()
 	now := l.clock.Now()
-	return selfSigned(l.t, host, now, now.Add(90*24*time.Hour)), nil
+	return providertest.SelfSigned(l.t, host, now, now.Add(90*24*time.Hour)), nil
 }
 
 func (l *localCA) count(host string) int {
@@ -290,8 +291,8 @@ func TestManagerDecidesWithItsClock(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := newManager(t, ManagerOptions{Issuer: lca, OnIssued: got.add, Registry: reg, Now: clock.Now})
 
-	current := selfSigned(t, "a.example.com", t0.Add(-24*time.Hour), t0.Add(89*24*time.Hour))
-	expired := selfSigned(t, "c.example.com", t0.Add(-90*24*time.Hour), t0.Add(-time.Hour))
+	current := providertest.SelfSigned(t, "a.example.com", t0.Add(-24*time.Hour), t0.Add(89*24*time.Hour))
+	expired := providertest.SelfSigned(t, "c.example.com", t0.Add(-90*24*time.Hour), t0.Add(-time.Hour))
 	wants := []Want{
 		{Host: "a.example.com", Current: current, Solver: noSolver{}},
 		{Host: "b.example.com", Solver: noSolver{}},
@@ -328,8 +329,8 @@ func TestManagerDecidesWithItsClock(t *testing.T) {
 	})
 
 	// Another node's newer certificate is adopted; an older one is not.
-	shared := selfSigned(t, "a.example.com", clock.Now(), renewed.NotAfter.Add(time.Hour))
-	older := selfSigned(t, "b.example.com", t0.Add(-time.Hour), b.NotAfter.Add(-time.Hour))
+	shared := providertest.SelfSigned(t, "a.example.com", clock.Now(), renewed.NotAfter.Add(time.Hour))
+	older := providertest.SelfSigned(t, "b.example.com", t0.Add(-time.Hour), b.NotAfter.Add(-time.Hour))
 	wants[0].Current, wants[1].Current = shared, older
 	m.Set(wants)
 	waitFor(t, 10*time.Second, "the shared certificate adopted", func() bool {
