@@ -172,6 +172,10 @@ func TestMaxParallel(t *testing.T) {
 	if res := w.passOnce(); res.InFlight != 2 {
 		t.Fatalf("%+v, want 2 in flight", res)
 	}
+	// Both are in flight; wait until both are inside the driver (a busy
+	// machine may not have run the second goroutine yet) before letting
+	// them go.
+	eventually(t, "two operations inside the driver", func() bool { now, _ := w.drv.Busy(); return now == 2 })
 	close(g)
 	if res := w.pass(); res.Created != 5 {
 		t.Fatalf("%+v", res)
