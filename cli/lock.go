@@ -13,6 +13,7 @@ import (
 
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/status"
 )
 
 func (e *env) lockCommand() *cobra.Command {
@@ -54,7 +55,7 @@ Exit status: 0 success (or up to date), 1 invalid repository or stale lock,
 		}
 		// Stateful instances are pinned where the planner places them, with
 		// the reports this repository holds (or all nodes alive without any).
-		g, _ := openGit(*repo)
+		g, _ := status.OpenDir(*repo)
 		reports, problems, err := e.readReports(rf, g, m)
 		if err != nil {
 			return err
@@ -63,7 +64,7 @@ Exit status: 0 success (or up to date), 1 invalid repository or stale lock,
 			fmt.Fprintln(e.stderr, "warning:", p)
 		}
 		plan := planner.Compute(planner.Input{Model: m, Reports: reports, Now: time.Now().UTC(), AssumeAlive: true})
-		if plan.AssumedAlive && len(newPins(m, plan)) > 0 {
+		if plan.AssumedAlive && len(status.NewPins(m, plan)) > 0 {
 			fmt.Fprintln(e.stderr, "warning: no node has reported: new pins are placed as if every node were alive (use --reports-remote or --reports to plan with the nodes' reports)")
 		}
 		for _, u := range plan.Unschedulable {
@@ -71,7 +72,7 @@ Exit status: 0 success (or up to date), 1 invalid repository or stale lock,
 				fmt.Fprintf(e.stderr, "warning: %s is not pinned: it cannot be placed (%s)\n", u.Instance, u.Reason)
 			}
 		}
-		want := lockFor(m, plan)
+		want := status.LockFor(m, plan)
 		diff := m.Lock.Diff(want)
 		upToDate := exists && len(diff) == 0
 		if *check {

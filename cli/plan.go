@@ -1,16 +1,13 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/planner"
-	"github.com/keel-dev/keel/render"
-	"github.com/keel-dev/keel/sync"
+	"github.com/keel-dev/keel/status"
 )
 
 func (e *env) planCommand() *cobra.Command {
@@ -56,103 +53,61 @@ Exit status: 0 valid (changes or not), 1 invalid specs, 2 usage or I/O error.`,
 			return err
 		}
 		defer checkout.Close()
-		g, gitErr := openGit(*repo)
+		g, gitErr := status.OpenDir(*repo)
 		if (*base != "" || *head != "" || rf.remote != "") && gitErr != nil {
 			return gitErr
 		}
 		out := &planOutput{Base: *base, Head: *head}
 
-		headSide, err := loadSide(checkout, g, *head)
+		headSide, err := status.LoadSide(checkout, g, *head)
 		if err != nil {
 			return err
 		}
-		out.HeadCommit = headSide.commit
-		var baseSide *side
+		out.HeadCommit = headSide.Commit
+		var baseSide *status.Side
 		if *base != "" {
-			if baseSide, err = loadSide(checkout, g, *base); err != nil {
+			if baseSide, err = status.LoadSide(checkout, g, *base); err != nil {
 				return err
 			}
-			out.BaseCommit = baseSide.commit
+			out.BaseCommit = baseSide.Commit
 		}
 		out.addErrors("head", headSide)
-		if headSide.invalid {
+		if headSide.Invalid {
 			if err := out.write(e.stdout, *format); err != nil {
 				return err
 			}
 			return invalid(nil)
 		}
-		if baseSide != nil && baseSide.invalid {
+		if baseSide != nil && baseSide.Invalid {
 			// A change that fixes a broken base is what review is for: plan
 			// the head alone and say why there is no comparison.
-			errs := baseSide.model.Diagnostics.Errors()
+			errs := baseSide.Model.Diagnostics.Errors()
 			msg := fmt.Sprintf("the base %s is invalid (%s), so this plan is not compared with it; first: %s", *base, plural(len(errs), "error"), errs[0])
 			out.Warnings = append(out.Warnings, planner.Warning{Code: "invalid-base", Message: msg})
 			baseSide = nil
 		}
 
-		reports, problems, err := e.readReports(rf, g, headSide.model)
+		reports, problems, err := e.readReports(rf, g, headSide.Model)
 		if err != nil {
 			return err
 		}
-		headPlan := planner.Compute(planner.Input{Model: headSide.model, Commit: headSide.commit, Reports: reports, Now: now, AssumeAlive: true})
-		headPlan.Warnings = append(problemsAsWarnings(problems), headPlan.Warnings...)
-		out.fill(headSide.model, headPlan)
+		headPlan := planner.Compute(planner.Input{Model: headSide.Model, Commit: headSide.Commit, Reports: reports, Now: now, AssumeAlive: true})
+		headPlan.Warnings = append(status.ProblemsAsWarnings(problems), headPlan.Warnings...)
+		out.fill(headSide.Model, headPlan)
 		for _, n := range headPlan.Nodes {
 			if !n.ReportTime.IsZero() {
 				out.Reports++
 			}
 		}
-		out.Pending = planner.Pending(headSide.model, headPlan, reports)
-		out.Warnings = append(out.Warnings, lockWarnings(headSide.model, headPlan)...)
+		out.Pending = planner.Pending(headSide.Model, headPlan, reports)
+		out.Warnings = append(out.Warnings, status.LockWarnings(headSide.Model, headPlan)...)
 		if baseSide != nil {
-			basePlan := planner.Compute(planner.Input{Model: baseSide.model, Commit: baseSide.commit, Reports: reports, Now: now, AssumeAlive: true})
-			out.Changes = planner.Diff(baseSide.model, basePlan, headSide.model, headPlan)
-			out.Allocations = planner.DiffAllocations(lockFor(baseSide.model, basePlan), lockFor(headSide.model, headPlan))
+			basePlan := planner.Compute(planner.Input{Model: baseSide.Model, Commit: baseSide.Commit, Reports: reports, Now: now, AssumeAlive: true})
+			out.Changes = planner.Diff(baseSide.Model, basePlan, headSide.Model, headPlan)
+			out.Allocations = planner.DiffAllocations(status.LockFor(baseSide.Model, basePlan), status.LockFor(headSide.Model, headPlan))
 			out.Compared = true
 		}
 		return out.write(e.stdout, *format)
 	}
 	return cmd
-}
-
-// side is one revision's specs, rendered.
-type side struct {
-	commit  string
-	model   *render.Model
-	invalid bool
-}
-
-// loadSide renders the working tree (rev == "") or a revision.
-func loadSide(checkout *sync.DirFS, g *gitRepo, rev string) (*side, error) {
-	var fsys fs.FS = checkout
-	s := &side{}
-	if rev != "" {
-		c, err := sync.ResolveCommit(g.repo, rev)
-		if err != nil {
-			return nil, err
-		}
-		if fsys, err = sync.CommitFS(g.repo, c, g.subdir); err != nil {
-			return nil, err
-		}
-		s.commit = c.Hash.String()
-	}
-	m, err := render.Render(fsys)
-	var ie *render.InvalidError
-	switch {
-	case errors.As(err, &ie):
-		s.invalid = true
-	case err != nil:
-		return nil, err
-	}
-	s.model = m
-	return s, nil
-}
-
-// lockWarnings says when keel.lock is stale against the head.
-func lockWarnings(m *render.Model, plan *planner.Plan) []planner.Warning {
-	var out []planner.Warning
-	if diff := m.Lock.Diff(lockFor(m, plan)); len(diff) > 0 {
-		out = append(out, planner.Warning{Code: "stale-lock", Message: fmt.Sprintf("keel.lock is stale (%d entries to add, change or drop): run keel lock and commit it", len(diff))})
-	}
-	return out
 }

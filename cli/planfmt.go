@@ -9,6 +9,7 @@ import (
 
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/status"
 )
 
 // planOutput is keel plan's result; its JSON form is documented in
@@ -67,8 +68,8 @@ type planService struct {
 	Endpoints []string `json:"endpoints"`
 }
 
-func (o *planOutput) addErrors(which string, s *side) {
-	for _, d := range toJSON(s.model.Diagnostics.Errors()) {
+func (o *planOutput) addErrors(which string, s *status.Side) {
+	for _, d := range toJSON(s.Model.Diagnostics.Errors()) {
 		if which == "base" {
 			d.Text = "base: " + d.Text
 		}

@@ -713,6 +713,10 @@ func syncTree(dir string) error {
 // CommitFS is CommitFS for a commit of the mirror.
 func (m *Mirror) CommitFS(c *object.Commit) (fs.FS, error) { return CommitFS(m.repo, c, "") }
 
+// Repository returns the mirror's repository, for readers (keel status):
+// what it holds passed the fetch limits.
+func (m *Mirror) Repository() *git.Repository { return m.repo }
+
 // Snapshot is Snapshot for a commit of the mirror.
 func (m *Mirror) Snapshot(c *object.Commit, dir string) error { return Snapshot(m.repo, c, dir) }
 
