@@ -115,7 +115,7 @@ func Snapshot(tb testing.TB, name string) (*status.Snapshot, time.Time) {
 		tb.Fatalf("fixture %s: %v", name, err)
 	}
 	snap := &status.Snapshot{Branch: "main", Tip: Tip, Tree: &status.Side{Commit: Tip.Hash, Model: m}, History: []status.Commit{Tip, Prev, Old}}
-	snap.Reports = converged(m)
+	snap.Reports = Converged(m, Tip.Hash, Now)
 	at := func(n string) *report.Report {
 		i := slices.IndexFunc(snap.Reports, func(r report.Report) bool { return r.Node == n })
 		return &snap.Reports[i]
@@ -151,22 +151,23 @@ func Snapshot(tb testing.TB, name string) (*status.Snapshot, time.Time) {
 		tb.Fatalf("no fixture %q", name)
 	}
 	// The planner's reports follow: plan IDs as the nodes would have them.
-	agree(m, snap.Reports)
+	Agree(m, snap.Reports, Tip.Hash, Now)
 	return snap, Now
 }
 
-// converged returns the reports of the three nodes when every instance
-// runs where the plan puts it, at the tip.
-func converged(m *render.Model) []report.Report {
+// Converged returns the reports of m's nodes, written 4 s before now,
+// when every instance runs where the plan puts it, at commit, each node
+// serving every Ingress host with a certificate valid for 60 days.
+func Converged(m *render.Model, commit string, now time.Time) []report.Report {
 	var reports []report.Report
 	for _, n := range m.Nodes {
-		reports = append(reports, report.Report{APIVersion: "keel/v1", Kind: report.Kind, Node: n.Name, Time: Now.Add(-4 * time.Second),
-			Clock: Now.Add(-4 * time.Second), Since: Now.Add(-time.Hour), AgentVersion: "0.1.0", Commit: Tip.Hash,
+		reports = append(reports, report.Report{APIVersion: "keel/v1", Kind: report.Kind, Node: n.Name, Time: now.Add(-4 * time.Second),
+			Clock: now.Add(-4 * time.Second), Since: now.Add(-time.Hour), AgentVersion: "0.1.0", Commit: commit,
 			Capacity: report.Capacity{CPU: 4000, Memory: 8 << 30}, Instances: []report.Instance{}, Volumes: []report.Volume{}, Certificates: []report.Certificate{}})
 	}
 	// Twice: the second plan sees the instances the first placed running.
 	for range 2 {
-		plan := planner.Compute(planner.Input{Model: m, Commit: Tip.Hash, Reports: reports, Now: Now})
+		plan := planner.Compute(planner.Input{Model: m, Commit: commit, Reports: reports, Now: now})
 		for i := range reports {
 			r := &reports[i]
 			r.Instances, r.Volumes, r.Certificates = []report.Instance{}, []report.Volume{}, []report.Certificate{}
@@ -181,16 +182,17 @@ func converged(m *render.Model) []report.Report {
 				}
 			}
 			for _, in := range plan.Ingresses {
-				r.Certificates = append(r.Certificates, report.Certificate{Host: in.Host, Expires: Now.Add(60 * 24 * time.Hour), Serial: "5eed", Issuer: "Fixture CA"})
+				r.Certificates = append(r.Certificates, report.Certificate{Host: in.Host, Expires: now.Add(60 * 24 * time.Hour), Serial: "5eed", Issuer: "Fixture CA"})
 			}
 		}
 	}
+	Agree(m, reports, commit, now)
 	return reports
 }
 
-// agree sets every report's plan ID to the plan the reports give.
-func agree(m *render.Model, reports []report.Report) {
-	plan := planner.Compute(planner.Input{Model: m, Commit: Tip.Hash, Reports: reports, Now: Now})
+// Agree sets every report's plan ID to the plan the reports give.
+func Agree(m *render.Model, reports []report.Report, commit string, now time.Time) {
+	plan := planner.Compute(planner.Input{Model: m, Commit: commit, Reports: reports, Now: now})
 	for i := range reports {
 		reports[i].PlanID = plan.PlanID
 	}
