@@ -5,6 +5,8 @@
 // part of the keel binary; `make grafana` regenerates keel.json.
 package grafana
 
+//lint:file-ignore SA1019 the SDK marks the classic dashboard model deprecated in favour of schema v2, which Grafana serves only from 12.4 behind feature toggles; the classic JSON imports and provisions in every Grafana in use.
+
 //go:generate go run ./gen keel.json
 
 import (
