@@ -216,6 +216,7 @@ func New(opts Options) (*Agent, error) {
 		trigger:   make(chan struct{}, 1),
 		restarted: map[string]int{},
 	}
+	a.metrics.NodeInfo.WithLabelValues(opts.Node, opts.Version).Set(1)
 	if opts.Ingress != nil {
 		if opts.Ingress.HTTP01Wait == 0 {
 			a.opts.Ingress.HTTP01Wait = 2*opts.Poll + time.Second
