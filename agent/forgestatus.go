@@ -34,6 +34,14 @@ type ForgeOptions struct {
 	// not take for a temporary reason (unreachable, 5xx, a rate limit) are
 	// posted again (defaults 30 s and 10 min).
 	RetryMin, RetryMax time.Duration
+	// Progress is the least time between two pending statuses of a commit
+	// that differ only by their description (default 10 s): a node
+	// starting many instances posts its progress, not every step of it.
+	Progress time.Duration
+	// Settle is how long each instance placed on the node must have run
+	// with the commit's spec before the node posts success (default
+	// 10 s): a command that exits at once is not a deploy done.
+	Settle time.Duration
 }
 
 // forgeMetrics count the posts by result, a fixed set: ok, error.
@@ -68,6 +76,13 @@ func (a *Agent) updateForge() {
 	if a.applied != nil && a.plan != nil && a.plan.Commit == a.applied.commit {
 		state, desc := a.convergence()
 		cur := forge.Status{Commit: a.applied.commit, State: state, Context: ctxName, Description: desc, TargetURL: target}
+		if prev := a.forgeApplied; prev != nil && prev.Commit == cur.Commit && prev.State == forge.Success {
+			// Success is the deploy of the commit done on this node: a
+			// crash afterwards is the instance's health (metrics, status),
+			// not the deploy's, and a crash loop would otherwise flip the
+			// status at every restart.
+			cur = *prev
+		}
 		if prev := a.forgeApplied; prev != nil && prev.Commit != cur.Commit {
 			// The node left a commit for a newer one: one it had not
 			// converged on would stay pending on the forge for ever.
@@ -103,6 +118,7 @@ func (a *Agent) updateForge() {
 func (a *Agent) convergence() (forge.State, string) {
 	m := a.applied.model
 	held := a.rec.Instances()
+	settle, now := cmp.Or(a.opts.Forge.Settle, 10*time.Second), a.opts.Now()
 	placed := map[string]bool{}
 	total, ready := 0, 0
 	var behind []string
@@ -118,6 +134,10 @@ func (a *Agent) convergence() (forge.State, string) {
 		case !ok:
 			behind = append(behind, p.Instance+" not started")
 		case st.State == report.StateRunning && inst != nil && st.SpecHash == inst.SpecHash:
+			if now.Sub(st.Started) < settle {
+				behind = append(behind, p.Instance+" just started")
+				break
+			}
 			ready++
 		case st.State == report.StateRunning:
 			behind = append(behind, p.Instance+" to update")
@@ -166,10 +186,11 @@ func (a *Agent) convergence() (forge.State, string) {
 // set is safe for concurrent use; close stops the goroutine, cancelling a
 // post under way, and waits for it.
 type forgeWorker struct {
-	poster  func(context.Context, forge.Status) error
-	log     *slog.Logger
-	metrics *forgeMetrics
-	retry   *backoff.ExponentialBackOff
+	poster   func(context.Context, forge.Status) error
+	log      *slog.Logger
+	metrics  *forgeMetrics
+	retry    *backoff.ExponentialBackOff
+	progress time.Duration
 
 	wake  chan struct{}
 	mu    gosync.Mutex
@@ -186,7 +207,8 @@ func newForgeWorker(opts ForgeOptions, log *slog.Logger, metrics *forgeMetrics) 
 		poster: opts.Poster.Post, log: log, metrics: metrics,
 		retry: backoff.NewExponentialBackOff(backoff.WithInitialInterval(cmp.Or(opts.RetryMin, 30*time.Second)),
 			backoff.WithMaxInterval(cmp.Or(opts.RetryMax, 10*time.Minute)), backoff.WithMaxElapsedTime(0)),
-		wake: make(chan struct{}, 1), cancel: cancel,
+		progress: cmp.Or(opts.Progress, 10*time.Second),
+		wake:     make(chan struct{}, 1), cancel: cancel,
 	}
 	w.wg.Add(1)
 	go func() {
@@ -216,6 +238,7 @@ func (w *forgeWorker) run(ctx context.Context) {
 	// posted is, by commit, the status the forge was last given (or
 	// refused for good: not tried again until it changes).
 	posted := map[string]forge.Status{}
+	postedAt := map[string]time.Time{}
 	var want []forge.Status
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -232,26 +255,42 @@ func (w *forgeWorker) run(ctx context.Context) {
 			want, w.fresh = w.want, false
 		}
 		w.mu.Unlock()
-		if w.sync(ctx, want, posted) {
+		done, later := w.sync(ctx, want, posted, postedAt)
+		switch {
+		case ctx.Err() != nil:
+		case !done:
+			timer.Reset(w.retry.NextBackOff())
+		case later > 0:
+			w.retry.Reset()
+			timer.Reset(later)
+		default:
 			w.retry.Reset()
 			timer.Stop()
-		} else if ctx.Err() == nil {
-			timer.Reset(w.retry.NextBackOff())
 		}
 	}
 }
 
-// sync posts what in want the forge was not given yet, and reports
-// whether nothing is left to try again later.
-func (w *forgeWorker) sync(ctx context.Context, want []forge.Status, posted map[string]forge.Status) bool {
-	done := true
+// sync posts what in want the forge was not given yet. It reports
+// whether nothing is left to try again after a failure, and how long to
+// wait before progress held back (Progress) is due.
+func (w *forgeWorker) sync(ctx context.Context, want []forge.Status, posted map[string]forge.Status, postedAt map[string]time.Time) (done bool, later time.Duration) {
+	done = true
 	for _, st := range want {
-		if posted[st.Commit] == st {
+		prev, ok := posted[st.Commit]
+		if ok && prev == st {
 			continue
+		}
+		if ok && prev.State == forge.Pending && st.State == forge.Pending {
+			if wait := w.progress - time.Since(postedAt[st.Commit]); wait > 0 {
+				if later == 0 || wait < later {
+					later = wait
+				}
+				continue
+			}
 		}
 		err := w.poster(ctx, st)
 		if ctx.Err() != nil {
-			return false // stopping
+			return false, 0 // stopping
 		}
 		if err != nil {
 			w.metrics.posts.WithLabelValues("error").Inc()
@@ -266,12 +305,13 @@ func (w *forgeWorker) sync(ctx context.Context, want []forge.Status, posted map[
 			w.metrics.posts.WithLabelValues("ok").Inc()
 			w.log.Debug("commit status posted on the forge", "commit", short(st.Commit), "state", string(st.State), "description", st.Description)
 		}
-		posted[st.Commit] = st
+		posted[st.Commit], postedAt[st.Commit] = st, time.Now()
 	}
 	for commit := range posted {
 		if !slices.ContainsFunc(want, func(s forge.Status) bool { return s.Commit == commit }) {
 			delete(posted, commit)
+			delete(postedAt, commit)
 		}
 	}
-	return done
+	return done, later
 }

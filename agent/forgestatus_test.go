@@ -72,8 +72,9 @@ func (g *gates) close(name string) {
 }
 
 // forgeAgent runs an agent of node n1 on the fake driver whose statuses go
-// to srv; it is stopped when the test ends.
-func forgeAgent(t *testing.T, bare string, drv *fake.Driver, srv *forgetest.Server, token string, logs *syncBuffer) *prometheus.Registry {
+// to srv (success once every instance ran for settle, 300 ms when not
+// given); it is stopped when the test ends.
+func forgeAgent(t *testing.T, bare string, drv *fake.Driver, srv *forgetest.Server, token string, logs *syncBuffer, settle ...time.Duration) *prometheus.Registry {
 	t.Helper()
 	c, err := forge.New(forge.Config{Kind: forge.GitHub, URL: srv.URL, Repo: "acme/cluster", Token: token,
 		RetryMin: 10 * time.Millisecond, RetryFor: time.Second, Timeout: 5 * time.Second})
@@ -85,7 +86,8 @@ func forgeAgent(t *testing.T, bare string, drv *fake.Driver, srv *forgetest.Serv
 		Node: "n1", StateDir: t.TempDir(), Remote: sync.Remote{URL: bare, Branch: "main"}, Driver: drv,
 		Version: "0.1.0", Registry: reg, Poll: 100 * time.Millisecond, Reconcile: 100 * time.Millisecond, DisableWatch: true,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Forge:  &agent.ForgeOptions{Poster: c, TargetURL: "https://dash.example.com/", RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond},
+		Forge: &agent.ForgeOptions{Poster: c, TargetURL: "https://dash.example.com/", RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+			Settle: append(settle, 300*time.Millisecond)[0]},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +159,18 @@ func TestForgeStatusFollowsTheDeploy(t *testing.T) {
 	waitFor(t, "ten more passes", func() bool { return passes(reg) >= p+10 })
 	if n := srv.Requests(); n != posts {
 		t.Errorf("%d posts during passes that changed nothing", n-posts)
+	}
+	// A crash after the deploy is the instance's health, not the deploy's:
+	// the commit's status stays success.
+	starts := drv.Starts("a")
+	if err := drv.Crash("a", 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a restarted after its crash", func() bool { return drv.Starts("a") > starts })
+	p = passes(reg)
+	waitFor(t, "more passes", func() bool { return passes(reg) >= p+3 })
+	if n := srv.Requests(); n != posts || latest(first).State != "success" {
+		t.Errorf("a crash after the deploy posted %d statuses; the forge shows %+v", n-posts, latest(first))
 	}
 
 	// A refused commit: failure with the reason, cut for the forge.
@@ -280,5 +294,49 @@ func TestForgeStatusFailuresStayOffTheLoop(t *testing.T) {
 		if n := srv.Requests(); n <= 30 {
 			t.Errorf("%d requests", n)
 		}
+	})
+}
+
+// An instance that crashes soon after each start never makes the node's
+// status success: success waits for every instance to have run for the
+// settle time; once it stops crashing, it comes.
+func TestForgeStatusCrashLoopIsNotSuccess(t *testing.T) {
+	bare, work := repo(t)
+	first := git(t, work, "rev-parse", "HEAD")
+	srv := forgetest.New(t, forgetest.GitHub, forgeToken, "acme/cluster")
+	drv := fake.New()
+	var logs syncBuffer
+	reg := forgeAgent(t, bare, drv, srv, forgeToken, &logs, 2*time.Second)
+	stop := make(chan struct{})
+	crashed := make(chan struct{})
+	go func() {
+		defer close(crashed)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = drv.Crash("a", 1) // an error while a is not running
+			}
+		}
+	}()
+	waitFor(t, "a started three times", func() bool { return drv.Starts("a") >= 3 })
+	p := passes(reg)
+	waitFor(t, "more passes", func() bool { return passes(reg) >= p+3 })
+	close(stop)
+	<-crashed
+	for _, st := range srv.Statuses(first) {
+		if st.State != "pending" {
+			t.Errorf("while a crash-looped the forge was given %+v", st)
+		}
+	}
+	if st, ok := srv.Latest(first, "keel/n1"); !ok || !strings.Contains(st.Description, "a ") {
+		t.Errorf("the pending status does not name a: %+v", st)
+	}
+	waitFor(t, "success once a stays up", func() bool {
+		st, _ := srv.Latest(first, "keel/n1")
+		return st.State == "success"
 	})
 }
