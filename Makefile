@@ -19,7 +19,8 @@ VERSION   ?= $(shell \
 	else v='$(DEV_VERSION)'; m=g$$h; fi; \
 	if [ -n "$$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then m=$${m:+$$m.}dirty; fi; \
 	echo "$$v$${m:++$$m}")
-LDFLAGS   := -X github.com/keel-dev/keel/cli.Version=$(VERSION)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS   := -X github.com/keel-dev/keel/cli.Version=$(VERSION) -X github.com/keel-dev/keel/cli.Commit=$(COMMIT)
 # Fuzz budgets are counts, not durations: a duration races Go's fuzz
 # coordinator on a busy machine (golang/go#75804, fixed in Go 1.27) and
 # fails with a bare "context deadline exceeded".

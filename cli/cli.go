@@ -33,6 +33,10 @@ const (
 // the version under development; the Makefile reads it from this line.
 var Version = "0.1.0-dev"
 
+// Commit is the source commit, set at build time like Version (make does);
+// otherwise what Go recorded (vcs.revision), if anything.
+var Commit = ""
+
 func init() {
 	if Version != "0.1.0-dev" {
 		return
@@ -144,9 +148,6 @@ version and the platform. -o json prints the same as an object.`,
 		if commit == "" {
 			commit = "unknown"
 		}
-		if info.Modified {
-			commit += ", modified"
-		}
 		_, err := fmt.Fprintf(e.stdout, "keel %s (commit %s, %s, %s/%s)\n", info.Version, commit, info.Go, info.OS, info.Arch)
 		return err
 	}
@@ -155,23 +156,19 @@ version and the platform. -o json prints the same as an object.`,
 
 // versionInfo is keel version -o json, a stable schema (docs/cli.md).
 type versionInfo struct {
-	Version  string `json:"version"`  // what minAgentVersion is compared with
-	Commit   string `json:"commit"`   // the source commit, "" when Go did not record it
-	Modified bool   `json:"modified"` // built from a work tree with uncommitted changes
-	Go       string `json:"go"`
-	OS       string `json:"os"`
-	Arch     string `json:"arch"`
+	Version string `json:"version"` // what minAgentVersion is compared with
+	Commit  string `json:"commit"`  // the source commit, "" when unknown
+	Go      string `json:"go"`      // the Go release that built it
+	OS      string `json:"os"`      // GOOS
+	Arch    string `json:"arch"`    // GOARCH
 }
 
 func buildInfo() versionInfo {
-	v := versionInfo{Version: Version, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	v := versionInfo{Version: Version, Commit: Commit, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	if bi, ok := debug.ReadBuildInfo(); ok && v.Commit == "" {
 		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
+			if s.Key == "vcs.revision" {
 				v.Commit = s.Value
-			case "vcs.modified":
-				v.Modified = s.Value == "true"
 			}
 		}
 	}
