@@ -30,7 +30,7 @@ FUZZRUNS  ?= 20000x
 export GIT_CONFIG_GLOBAL := /dev/null
 export GIT_CONFIG_NOSYSTEM := 1
 
-.PHONY: all build build-freebsd release vet-freebsd test fuzz lint bench demo clean FORCE
+.PHONY: all build build-freebsd release print-version vet-freebsd test fuzz lint bench demo clean FORCE
 
 all: lint build test
 
@@ -72,6 +72,10 @@ $(DIST)/keel-$(VERSION)-%.tar.gz: FORCE
 	tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
 		--mode=u=rwX,go=rX --format=gnu -C $(DIST)/$*.stage -cf - keel-$(VERSION)-$* | gzip -n -9 > $@.tmp
 	mv $@.tmp $@ && rm -rf $(DIST)/$*.stage
+
+## print-version: the version make stamps (for CI jobs and the tests).
+print-version:
+	@echo '$(VERSION)'
 
 ## vet-freebsd: go vet as the FreeBSD build sees the code (its build tags).
 vet-freebsd:
