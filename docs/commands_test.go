@@ -40,8 +40,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	stdsync "sync"
 	"syscall"
 	"testing"
 	"time"
@@ -192,7 +194,8 @@ func TestParseBlocks(t *testing.T) {
 // sandbox is where one file's commands run.
 type sandbox struct {
 	t       *testing.T
-	root    string // the source tree
+	cred    *syscall.Credential // who runs the commands; nil: the test's user
+	root    string              // the source tree
 	dir     string
 	env     []string
 	cwd     string
@@ -303,6 +306,7 @@ func newSandbox(t *testing.T, root string) *sandbox {
 	}
 	s.cwd = src
 	if os.Geteuid() == 0 {
+		s.cred = unprivileged
 		err := filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -368,9 +372,7 @@ func (s *sandbox) bash(dir, script string) (string, int) {
 	cmd := exec.CommandContext(ctx, "bash", "-c", full)
 	cmd.Dir, cmd.Env = dir, s.env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if os.Geteuid() == 0 {
-		cmd.SysProcAttr.Credential = unprivileged
-	}
+	cmd.SysProcAttr.Credential = s.cred
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -480,5 +482,204 @@ func TestDocCommands(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// demoLine is a line of keel demo's output that may hold a command: two
+// spaces, perhaps a label (a node or Service name) and two more.
+var demoLine = regexp.MustCompile(`^  (?:[a-z0-9-]+ {2,})?(\S.*)$`)
+
+// demoCommands picks the commands out of keel demo's output, in order.
+func demoCommands(out string) []string {
+	var cmds []string
+	for l := range strings.SplitSeq(out, "\n") {
+		m := demoLine.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		word := strings.Fields(m[1])[0]
+		switch {
+		case word == "cd", word == "sed", word == "curl", word == "kill", word == "openssl", word == "git",
+			filepath.Base(word) == "keel", strings.Contains(word, "="):
+			cmds = append(cmds, m[1])
+		}
+	}
+	return cmds
+}
+
+// TestDemoCommands starts keel demo as make demo does and runs every
+// command it prints, in the order printed, the way a reader pastes them:
+// the curls, stopping one node and starting it again, the deploy by git
+// push and the commands that watch it, and killing the Ingress's owner.
+func TestDemoCommands(t *testing.T) {
+	needTools(t, "git", "make", "bash", "go", "curl", "openssl")
+	if testing.Short() {
+		t.Skip("-short: keel demo starts three agents and a Pebble")
+	}
+	root := sourceRoot(t)
+	keel := buildKeel(t, root)
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s := &sandbox{t: t, root: root, dir: dir, cwd: dir, env: sandboxEnv(home, filepath.Dir(keel))}
+	// The demo builds Pebble once into the user's cache, with go: keep
+	// both caches the developer's (a later entry wins in exec's Env).
+	goenv, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gv := strings.Split(string(goenv), "\n")
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.env = append(s.env, "GOCACHE="+gv[0], "GOMODCACHE="+gv[1], "GOPATH="+gv[2], "XDG_CACHE_HOME="+cache)
+
+	demo := exec.Command(keel, "demo", "--dir", filepath.Join(dir, "demo"))
+	demo.Dir, demo.Env = root, s.env
+	var out syncBuffer
+	demo.Stdout, demo.Stderr = &out, &out
+	if err := demo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- demo.Wait() }()
+	var restarted []int // agents the commands started again
+	t.Cleanup(func() {
+		for _, pid := range restarted {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			waitGone(pid, time.Minute)
+		}
+		_ = demo.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(2 * time.Minute):
+			_ = demo.Process.Kill()
+			<-exited
+		}
+	})
+	const ready = "Press Ctrl-C to stop the demo."
+	deadline := time.Now().Add(5 * time.Minute)
+	for !strings.Contains(out.String(), ready) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("keel demo exited (%v) before it was ready:\n%s", err, out.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keel demo not ready after 5 minutes:\n%s", out.String())
+		}
+	}
+	printed := out.String()
+	cmds := demoCommands(printed)
+	// What the demo must print at least: a node stopped and started again,
+	// a deploy from the work tree, and the commands that watch it.
+	for _, want := range []string{"cd ", "kill ", " agent ", " lock ", " node status ", " plan "} {
+		if !slices.ContainsFunc(cmds, func(c string) bool { return strings.Contains(c+" ", want) }) {
+			t.Errorf("keel demo prints no command with %q:\n%s", want, printed)
+		}
+	}
+	pidFile := filepath.Join(dir, "restarted.pid")
+	for _, c := range cmds {
+		script := c
+		background := strings.HasSuffix(c, "&")
+		if background {
+			script += fmt.Sprintf("\necho $! > %s", pidFile)
+		}
+		res, code := s.bash(s.cwd, script)
+		t.Logf("$ %s  (exit %d)", c, code)
+		if code != 0 {
+			t.Errorf("keel demo printed `%s`, which fails when pasted (exit %d, in %s):\n%s", c, code, s.cwd, indent(res))
+			continue
+		}
+		f := strings.Fields(c)
+		switch {
+		case f[0] == "kill":
+			pid, _ := strconv.Atoi(f[len(f)-1])
+			if !waitGone(pid, time.Minute) {
+				t.Fatalf("`%s`: the process still runs a minute later", c)
+			}
+		case background:
+			b, _ := os.ReadFile(pidFile)
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				restarted = append(restarted, pid)
+			}
+		case f[0] == "cd":
+			// The demo's repository validates without a warning (it
+			// used to warn about every node's missing reportKey).
+			res, code := s.bash(s.cwd, "keel validate")
+			if code != 0 || !strings.Contains(res, "; 0 warnings") {
+				t.Errorf("keel validate in the demo's work tree (exit %d):\n%s", code, indent(res))
+			}
+		}
+	}
+}
+
+// waitGone waits until pid no longer exists (or is a zombie).
+func waitGone(pid int, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		// The state follows the parenthesised command name.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// syncBuffer is a bytes.Buffer that a process writes while the test reads.
+type syncBuffer struct {
+	mu  stdsync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestDemoCommandsParse(t *testing.T) {
+	out, err := os.ReadFile("testdata/demo-output.txt") // keel demo's output, captured
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := demoCommands(string(out))
+	want := []string{
+		"curl http://127.78.137.4:5432/",
+		"curl http://127.78.41.72:8080/",
+		"kill 1003",
+		"GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 /work/wt/release/bin/keel agent",
+		"cd /tmp/rel-demo/c/cluster",
+		"sed -i 's/replicas: 3/replicas: 5/' apps/web.yaml",
+		"/work/wt/release/bin/keel lock && git commit",
+		"/work/wt/release/bin/keel node status --state-dir /tmp/rel-demo/c/nodes/n1",
+		"/work/wt/release/bin/keel plan --repo /tmp/rel-demo/c/cluster --reports-remote origin",
+		"curl --cacert /tmp/rel-demo/c/pebble-roots.pem --resolve www.keel.test:33877:127.0.1.1",
+		"curl --cacert /tmp/rel-demo/c/pebble-roots.pem --resolve www.keel.test:33877:127.0.1.2",
+		"curl --cacert /tmp/rel-demo/c/pebble-roots.pem --resolve www.keel.test:33877:127.0.1.3",
+		"kill -9 1001",
+		"curl --cacert /tmp/rel-demo/c/pebble-roots.pem --resolve www.keel.test:33877:127.0.1.2",
+		"openssl s_client -connect 127.0.1.2:33877",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d commands, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("command %d is %q, want it to start with %q", i, got[i], want[i])
+		}
 	}
 }
