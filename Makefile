@@ -9,7 +9,9 @@ BIN       := bin/keel
 # a git checkout it is the source's default. `make VERSION=1.2.3 release`
 # overrides it.
 DEV_VERSION := $(shell sed -n 's/^var Version = "\(.*\)"$$/\1/p' cli/cli.go)
-VERSION   ?= $(shell \
+# Computed once (a recursive variable would run git at every use).
+ifeq ($(origin VERSION),undefined)
+VERSION   := $(shell \
 	h=$$(git rev-parse --short=12 HEAD 2>/dev/null) || { echo '$(DEV_VERSION)'; exit; }; \
 	d=$$(git describe --tags --match 'v[0-9]*' --long 2>/dev/null); \
 	if [ -n "$$d" ]; then \
@@ -19,7 +21,9 @@ VERSION   ?= $(shell \
 	else v='$(DEV_VERSION)'; m=g$$h; fi; \
 	if [ -n "$$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then m=$${m:+$$m.}dirty; fi; \
 	echo "$$v$${m:++$$m}")
+endif
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT    := $(COMMIT)
 LDFLAGS   := -X github.com/keel-dev/keel/cli.Version=$(VERSION) -X github.com/keel-dev/keel/cli.Commit=$(COMMIT)
 # Fuzz budgets are counts, not durations: a duration races Go's fuzz
 # coordinator on a busy machine (golang/go#75804, fixed in Go 1.27) and
@@ -56,6 +60,7 @@ $(FREEBSD_BINS): FORCE
 DIST      ?= dist
 PLATFORMS := linux-amd64 linux-arm64 freebsd-amd64 freebsd-arm64
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+SOURCE_DATE_EPOCH := $(SOURCE_DATE_EPOCH)
 RELEASE_FILES := README.md $(wildcard LICENSE) $(shell git ls-files docs 2>/dev/null || find docs -type f)
 RELEASE_ARCHIVES := $(foreach p,$(PLATFORMS),$(DIST)/keel-$(VERSION)-$(p).tar.gz)
 
