@@ -61,7 +61,8 @@ DIST      ?= dist
 PLATFORMS := linux-amd64 linux-arm64 freebsd-amd64 freebsd-arm64
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 SOURCE_DATE_EPOCH := $(SOURCE_DATE_EPOCH)
-RELEASE_FILES := README.md $(wildcard LICENSE) $(shell git ls-files docs 2>/dev/null || find docs -type f)
+RELEASE_FILES := README.md $(wildcard LICENSE) \
+	$(filter-out %_test.go docs/testdata/%,$(shell git ls-files docs 2>/dev/null || find docs -type f))
 RELEASE_ARCHIVES := $(foreach p,$(PLATFORMS),$(DIST)/keel-$(VERSION)-$(p).tar.gz)
 
 release: $(DIST)/SHA256SUMS

@@ -35,6 +35,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -437,6 +438,9 @@ func (s *sandbox) write(b block) {
 			if err := os.WriteFile(p, []byte(b.text), 0o644); err != nil {
 				s.t.Fatalf("%s: %v", b.where(), err)
 			}
+			if s.cred != nil {
+				_ = os.Chown(p, int(s.cred.Uid), int(s.cred.Gid))
+			}
 		}
 	}
 }
@@ -586,6 +590,15 @@ func TestDemoCommands(t *testing.T) {
 	for _, c := range cmds {
 		script := c
 		background := strings.HasSuffix(c, "&")
+		// A command that serves until stopped (keel dashboard) runs in the
+		// background until it answers on its --listen address.
+		f := strings.Fields(c)
+		listen := ""
+		if i := slices.Index(f, "--listen"); i >= 0 && i+1 < len(f) && slices.Contains(f, "dashboard") && !background {
+			listen = f[i+1]
+			script += " &"
+			background = true
+		}
 		if background {
 			script += fmt.Sprintf("\necho $! > %s", pidFile)
 		}
@@ -595,8 +608,18 @@ func TestDemoCommands(t *testing.T) {
 			t.Errorf("keel demo printed `%s`, which fails when pasted (exit %d, in %s):\n%s", c, code, s.cwd, indent(res))
 			continue
 		}
-		f := strings.Fields(c)
 		switch {
+		case listen != "":
+			b, _ := os.ReadFile(pidFile)
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatalf("`%s`: no PID: %v", c, err)
+			}
+			if err := waitServing(listen, time.Minute); err != nil {
+				t.Errorf("keel demo printed `%s`, which does not serve %s/healthz: %v\n%s", c, listen, err, indent(res))
+			}
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			waitGone(pid, time.Minute)
 		case f[0] == "kill":
 			pid, _ := strconv.Atoi(f[len(f)-1])
 			if !waitGone(pid, time.Minute) {
@@ -616,6 +639,27 @@ func TestDemoCommands(t *testing.T) {
 			}
 		}
 	}
+}
+
+// waitServing waits until GET http://addr/healthz answers 200.
+func waitServing(addr string, d time.Duration) error {
+	if strings.HasPrefix(addr, ":") {
+		addr = "127.0.0.1" + addr
+	}
+	var last error
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		res, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			last = err
+			continue
+		}
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			return nil
+		}
+		last = fmt.Errorf("%s", res.Status)
+	}
+	return last
 }
 
 // waitGone waits until pid no longer exists (or is a zombie).
