@@ -1,8 +1,30 @@
 # Keel's build. `make test` is what CI runs (.ci/run).
 GO        ?= go
 BIN       := bin/keel
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X github.com/keel-dev/keel/cli.Version=$(VERSION)
+# VERSION is a semantic version, since the agents compare it with the
+# cluster's minAgentVersion (docs/cli.md#keel-version): at a tag vX.Y.Z it
+# is X.Y.Z; N commits past the tag X.Y.Z+N.g<hash>; with no tag at all the
+# source's own default (cli.Version, e.g. 0.1.0-dev) plus +g<hash>; a work
+# tree with uncommitted changes adds "dirty" to the build metadata. Outside
+# a git checkout it is the source's default. `make VERSION=1.2.3 release`
+# overrides it.
+DEV_VERSION := $(shell sed -n 's/^var Version = "\(.*\)"$$/\1/p' cli/cli.go)
+# Computed once (a recursive variable would run git at every use).
+ifeq ($(origin VERSION),undefined)
+VERSION   := $(shell \
+	h=$$(git rev-parse --short=12 HEAD 2>/dev/null) || { echo '$(DEV_VERSION)'; exit; }; \
+	d=$$(git describe --tags --match 'v[0-9]*' --long 2>/dev/null); \
+	if [ -n "$$d" ]; then \
+		v=$$(echo "$$d" | sed -E 's/^v?(.*)-[0-9]+-g[0-9a-f]+$$/\1/'); \
+		n=$$(echo "$$d" | sed -E 's/^.*-([0-9]+)-g[0-9a-f]+$$/\1/'); \
+		if [ "$$n" = 0 ]; then m=; else m=$$n.g$$h; fi; \
+	else v='$(DEV_VERSION)'; m=g$$h; fi; \
+	if [ -n "$$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then m=$${m:+$$m.}dirty; fi; \
+	echo "$$v$${m:++$$m}")
+endif
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT    := $(COMMIT)
+LDFLAGS   := -X github.com/keel-dev/keel/cli.Version=$(VERSION) -X github.com/keel-dev/keel/cli.Commit=$(COMMIT)
 # Fuzz budgets are counts, not durations: a duration races Go's fuzz
 # coordinator on a busy machine (golang/go#75804, fixed in Go 1.27) and
 # fails with a bare "context deadline exceeded".
@@ -12,7 +34,7 @@ FUZZRUNS  ?= 20000x
 export GIT_CONFIG_GLOBAL := /dev/null
 export GIT_CONFIG_NOSYSTEM := 1
 
-.PHONY: all build build-freebsd vet-freebsd test fuzz lint bench demo grafana clean FORCE
+.PHONY: all build build-freebsd release print-version vet-freebsd test fuzz lint bench demo grafana clean FORCE
 
 all: lint build test
 
@@ -28,6 +50,38 @@ build-freebsd: $(FREEBSD_BINS)
 $(FREEBSD_BINS): FORCE
 	CGO_ENABLED=0 GOOS=freebsd GOARCH=$(patsubst $(BIN)-freebsd-%,%,$@) \
 		$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/keel
+
+## release: versioned archives in dist/, one per platform below, each
+## dist/keel-$(VERSION)-<os>-<arch>.tar.gz with the static binary, README.md,
+## LICENSE (when there is one) and docs/, and dist/SHA256SUMS (check with
+## `cd dist && sha256sum -c SHA256SUMS`). The same commit built with the same
+## Go gives the same bytes: no cgo, -trimpath, and the archives carry the
+## commit's time, no owner names and sorted entries (GNU tar; gzip -n).
+DIST      ?= dist
+PLATFORMS := linux-amd64 linux-arm64 freebsd-amd64 freebsd-arm64
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+SOURCE_DATE_EPOCH := $(SOURCE_DATE_EPOCH)
+RELEASE_FILES := README.md $(wildcard LICENSE) \
+	$(filter-out %_test.go docs/testdata/%,$(shell git ls-files docs 2>/dev/null || find docs -type f))
+RELEASE_ARCHIVES := $(foreach p,$(PLATFORMS),$(DIST)/keel-$(VERSION)-$(p).tar.gz)
+
+release: $(DIST)/SHA256SUMS
+
+$(DIST)/SHA256SUMS: $(RELEASE_ARCHIVES)
+	cd $(DIST) && sha256sum $(sort $(notdir $(RELEASE_ARCHIVES))) > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS
+
+$(DIST)/keel-$(VERSION)-%.tar.gz: FORCE
+	rm -rf $(DIST)/$*.stage && mkdir -p $(DIST)/$*.stage/keel-$(VERSION)-$*
+	CGO_ENABLED=0 GOOS=$(word 1,$(subst -, ,$*)) GOARCH=$(word 2,$(subst -, ,$*)) \
+		$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/$*.stage/keel-$(VERSION)-$*/keel ./cmd/keel
+	tar -cf - $(RELEASE_FILES) | tar -xf - -C $(DIST)/$*.stage/keel-$(VERSION)-$*
+	tar --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
+		--mode=u=rwX,go=rX --format=gnu -C $(DIST)/$*.stage -cf - keel-$(VERSION)-$* | gzip -n -9 > $@.tmp
+	mv $@.tmp $@ && rm -rf $(DIST)/$*.stage
+
+## print-version: the version make stamps (for CI jobs and the tests).
+print-version:
+	@echo '$(VERSION)'
 
 ## vet-freebsd: go vet as the FreeBSD build sees the code (its build tags).
 vet-freebsd:
@@ -85,4 +139,4 @@ grafana:
 	cd docs/grafana && $(GO) run ./gen keel.json
 
 clean:
-	rm -rf bin bench.out
+	rm -rf bin bench.out $(DIST)

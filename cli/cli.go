@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 	"strings"
 
@@ -24,10 +25,17 @@ const (
 	ExitUsage   = 2 // bad usage, or an I/O error
 )
 
-// Version is the agent version, set at build time with
-// -ldflags "-X github.com/keel-dev/keel/cli.Version=..."; a binary built by
-// go install reports its module version instead.
+// Version is keel's version: the agent reports it (agentVersion) and
+// compares it with the cluster's minAgentVersion. It is set at build time
+// with -ldflags "-X github.com/keel-dev/keel/cli.Version=..." (make build
+// and make release stamp a semantic version, see the Makefile); a binary
+// built by go install reports its module version instead. The default is
+// the version under development; the Makefile reads it from this line.
 var Version = "0.1.0-dev"
+
+// Commit is the source commit, set at build time like Version (make does);
+// otherwise what Go recorded (vcs.revision), if anything.
+var Commit = ""
 
 func init() {
 	if Version != "0.1.0-dev" {
@@ -123,15 +131,49 @@ git push is the deploy command; keel plan shows what a change will do.`,
 }
 
 func (e *env) versionCommand() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print keel's version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(e.stdout, Version)
-			return nil
-		},
+		Short: "Print keel's version (what minAgentVersion is compared with)",
+		Long: `Prints keel's version, the one this binary's agent reports and compares with
+the cluster's minAgentVersion, then the commit it was built from, the Go
+version and the platform. -o json prints the same as an object.`,
+		Args: cobra.NoArgs,
 	}
+	format := formatFlag(cmd, "text", "json")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		info := buildInfo()
+		if *format == "json" {
+			return writeJSON(e.stdout, info)
+		}
+		commit := info.Commit
+		if commit == "" {
+			commit = "unknown"
+		}
+		_, err := fmt.Fprintf(e.stdout, "keel %s (commit %s, %s, %s/%s)\n", info.Version, commit, info.Go, info.OS, info.Arch)
+		return err
+	}
+	return cmd
+}
+
+// versionInfo is keel version -o json, a stable schema (docs/cli.md).
+type versionInfo struct {
+	Version string `json:"version"` // what minAgentVersion is compared with
+	Commit  string `json:"commit"`  // the source commit, "" when unknown
+	Go      string `json:"go"`      // the Go release that built it
+	OS      string `json:"os"`      // GOOS
+	Arch    string `json:"arch"`    // GOARCH
+}
+
+func buildInfo() versionInfo {
+	v := versionInfo{Version: Version, Commit: Commit, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	if bi, ok := debug.ReadBuildInfo(); ok && v.Commit == "" {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				v.Commit = s.Value
+			}
+		}
+	}
+	return v
 }
 
 // repoFS opens the cluster repository directory through the one reader
