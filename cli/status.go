@@ -155,18 +155,19 @@ func (e *env) statusCheck(get func() (*status.Status, error), interval, timeout 
 		if err != nil {
 			return err
 		}
+		headline := termText(st.Headline, maxTerminalText)
 		if st.Converged {
-			fmt.Fprintln(e.stdout, opts.paint(st.Headline, colorGreen))
+			fmt.Fprintln(e.stdout, opts.paint(headline, colorGreen))
 			return nil
 		}
-		if st.Headline != last {
-			fmt.Fprintln(e.stdout, opts.paint(st.Headline, colorRed))
-			last = st.Headline
+		if headline != last {
+			fmt.Fprintln(e.stdout, opts.paint(headline, colorRed))
+			last = headline
 		}
 		wait := min(interval, time.Until(deadline))
 		if wait <= 0 {
 			for _, m := range st.Missing[1:] {
-				fmt.Fprintln(e.stdout, "  "+m)
+				fmt.Fprintln(e.stdout, "  "+termText(m, maxTerminalText))
 			}
 			return &exitError{code: ExitNotConverged}
 		}
@@ -185,7 +186,7 @@ func (e *env) statusWatch(get func() (*status.Status, error), interval time.Dura
 		st, err := get()
 		var buf strings.Builder
 		if err != nil {
-			fmt.Fprintf(&buf, "%s: %v\n", time.Now().Format(time.TimeOnly), err)
+			fmt.Fprintf(&buf, "%s: %s\n", time.Now().Format(time.TimeOnly), termText(err.Error(), maxTerminalText))
 		} else if err := writeStatus(&buf, st, format, opts); err != nil {
 			return err
 		}
