@@ -68,11 +68,11 @@ func (s *statusSource) open(ctx context.Context) (func(context.Context) (*status
 	dir := status.CacheDir(base, s.repo, s.branch)
 	remote := sync.Remote{URL: s.repo, Branch: s.branch, SSHKeyFile: s.sshKey, KnownHostsFile: s.knownHosts, TokenFile: s.tokenFile}
 	return func(ctx context.Context) (*status.Snapshot, error) {
-		g, err := status.Fetch(ctx, dir, remote)
+		snap, err := status.FetchRead(ctx, dir, remote, s.branch)
 		if err != nil {
 			return nil, sync.RedactURL(err)
 		}
-		return status.Read(g, s.branch)
+		return snap, nil
 	}, nil
 }
 
