@@ -150,11 +150,26 @@ Exit status: 0 success (converged, with --check), 2 usage or I/O error,
 func (e *env) statusCheck(get func() (*status.Status, error), interval, timeout time.Duration, opts tableOptions) error {
 	deadline := time.Now().Add(timeout)
 	last := ""
+	read := false
 	for {
 		st, err := get()
-		if err != nil {
+		switch {
+		case err != nil && e.ctx.Err() != nil:
+			return &exitError{code: ExitNotConverged, err: errors.New("interrupted before the cluster converged")}
+		case err != nil && (!read || time.Until(deadline) <= 0):
+			// The first read fails at once (a wrong URL, branch or
+			// credential); a later one only when the time is up.
 			return err
+		case err != nil:
+			// A forge or network that fails for a moment does not end a
+			// wait for the deploy: read again.
+			fmt.Fprintf(e.stderr, "keel: %s (reading again)\n", termText(err.Error(), maxTerminalText))
+			if !e.sleep(min(interval, time.Until(deadline))) {
+				return &exitError{code: ExitNotConverged, err: errors.New("interrupted before the cluster converged")}
+			}
+			continue
 		}
+		read = true
 		headline := termText(st.Headline, maxTerminalText)
 		if st.Converged {
 			fmt.Fprintln(e.stdout, opts.paint(headline, colorGreen))
@@ -171,11 +186,21 @@ func (e *env) statusCheck(get func() (*status.Status, error), interval, timeout 
 			}
 			return &exitError{code: ExitNotConverged}
 		}
-		select {
-		case <-e.ctx.Done():
+		if !e.sleep(wait) {
 			return &exitError{code: ExitNotConverged, err: errors.New("interrupted before the cluster converged")}
-		case <-time.After(wait):
 		}
+	}
+}
+
+// sleep waits d, or until the command is interrupted (false).
+func (e *env) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-e.ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

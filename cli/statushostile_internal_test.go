@@ -105,3 +105,48 @@ func TestStatusHostileReports(t *testing.T) {
 	}
 	checkTerminalSafe(t, "--watch", buf.String(), maxTerminalText+64)
 }
+
+// TestStatusCheckReadsAgainAfterAnError: keel status --check --timeout
+// (a CI job waiting for the deploy) reads again when a read fails after
+// the first (the forge answers 502 for a moment) instead of failing the
+// job; the first read's error, and one at the deadline, still end it
+// (exit 2).
+func TestStatusCheckReadsAgainAfterAnError(t *testing.T) {
+	snap, now := statustest.Snapshot(t, "old-commit")
+	pending := status.Compute(status.Input{Snapshot: snap, Now: now})
+	snap, now = statustest.Snapshot(t, "converged")
+	done := status.Compute(status.Input{Snapshot: snap, Now: now})
+	blip := errors.New("fetch https://git.example.test/ops/cluster.git: 502 Bad Gateway")
+	steps := []struct {
+		st  *status.Status
+		err error
+	}{{pending, nil}, {nil, blip}, {nil, blip}, {done, nil}}
+	reads := 0
+	get := func() (*status.Status, error) {
+		s := steps[min(reads, len(steps)-1)]
+		reads++
+		return s.st, s.err
+	}
+	var out, errOut bytes.Buffer
+	e := &env{ctx: context.Background(), stdout: &out, stderr: &errOut}
+	if err := e.statusCheck(get, time.Millisecond, time.Minute, tableOptions{}); err != nil {
+		t.Fatalf("a passing error ended the wait: %v\nstdout:\n%s", err, out.String())
+	}
+	if reads != 4 || !strings.Contains(errOut.String(), "502 Bad Gateway (reading again)") || !strings.Contains(out.String(), "converged at") {
+		t.Errorf("%d reads, stdout %q, stderr %q", reads, out.String(), errOut.String())
+	}
+
+	// The first read fails: at once, whatever the timeout.
+	e = &env{ctx: context.Background(), stdout: &out, stderr: &errOut}
+	if err := e.statusCheck(func() (*status.Status, error) { return nil, blip }, time.Millisecond, time.Hour, tableOptions{}); !errors.Is(err, blip) {
+		t.Errorf("first read fails: %v", err)
+	}
+	// Interrupted while a read fails: not converged (3), not an I/O error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e = &env{ctx: ctx, stdout: &out, stderr: &errOut}
+	var ee *exitError
+	if err := e.statusCheck(func() (*status.Status, error) { return nil, ctx.Err() }, time.Millisecond, time.Hour, tableOptions{}); !errors.As(err, &ee) || ee.code != ExitNotConverged {
+		t.Errorf("interrupted: %v", err)
+	}
+}
