@@ -234,7 +234,7 @@ func Compute(in Input) *Status {
 		}
 		s.Missing = []string{fmt.Sprintf("the specs at %s are invalid (%d errors): the nodes keep the last valid commit; first: %s",
 			s.Tip.Short(), len(s.Errors), first(s.Errors))}
-		s.leavingNodes(newest, nil)
+		s.leavingNodes(newest, nil, m)
 		s.history(snap, newest)
 		s.finish()
 		return s
@@ -345,7 +345,7 @@ func (s *Status) nodes(m *render.Model, plan *planner.Plan, newest map[string]*r
 	}
 	s.Counts.Nodes = len(plan.Nodes)
 	s.Counts.Instances = len(plan.Placements)
-	s.leavingNodes(newest, plan)
+	s.leavingNodes(newest, plan, m)
 }
 
 // fromReport fills n with what r says.
@@ -364,8 +364,9 @@ func (s *Status) fromReport(n *Node, r *report.Report) {
 	n.Report = r
 }
 
-// leavingNodes adds the nodes that report but are not in the inventory.
-func (s *Status) leavingNodes(newest map[string]*report.Report, plan *planner.Plan) {
+// leavingNodes adds the nodes that report but are not in the inventory
+// (with no plan, every node that reports).
+func (s *Status) leavingNodes(newest map[string]*report.Report, plan *planner.Plan, m *render.Model) {
 	for _, name := range slices.Sorted(maps.Keys(newest)) {
 		if plan != nil && slices.ContainsFunc(plan.Nodes, func(n planner.Node) bool { return n.Name == name }) {
 			continue
@@ -373,8 +374,17 @@ func (s *Status) leavingNodes(newest map[string]*report.Report, plan *planner.Pl
 		n := Node{Name: name, State: NodeLeaving, Problems: []report.Problem{}, Errors: []string{}}
 		s.fromReport(&n, newest[name])
 		if plan == nil {
-			// The tip is invalid: no inventory to compare with.
+			// The tip is invalid: no inventory to compare with, and no
+			// planner to judge liveness; the reader's clock does, with
+			// the TTL of the specs as far as they rendered.
+			ttl := render.DefaultLivenessTTL
+			if m != nil && m.Cluster.LivenessTTL > 0 {
+				ttl = m.Cluster.LivenessTTL
+			}
 			n.State = NodeAlive
+			if s.Time.Sub(*n.ReportTime) > time.Duration(ttl)+time.Duration(ttl)/3 {
+				n.State = NodeDead
+			}
 		}
 		s.Nodes = append(s.Nodes, n)
 	}

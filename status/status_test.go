@@ -69,3 +69,19 @@ func TestInvalidTip(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// TestInvalidTipDeadNode: with the tip invalid there is no plan to judge
+// liveness, and a node whose agent stopped an hour ago is dead by the
+// reader's clock, not alive.
+func TestInvalidTipDeadNode(t *testing.T) {
+	snap, now := statustest.Snapshot(t, "dead-node")
+	snap.Tree.Invalid = true
+	snap.Reports[2].Time = now.Add(-time.Hour)
+	st := status.Compute(status.Input{Snapshot: snap, Now: now})
+	for _, n := range st.Nodes {
+		if want := map[bool]string{true: status.NodeDead, false: status.NodeAlive}[n.Name == snap.Reports[2].Node]; n.State != want {
+			t.Errorf("node %s is %s, want %s", n.Name, n.State, want)
+		}
+	}
+}
+
