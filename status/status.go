@@ -543,16 +543,21 @@ func (s *Status) history(snap *Snapshot, newest map[string]*report.Report) {
 	for i, c := range snap.History {
 		index[c.Hash] = i
 	}
-	nodes := 0
+	// Only the inventory's nodes count: a leaving node's commit is not
+	// the cluster's progress (Applied could pass Nodes).
+	member := map[string]bool{}
 	for _, n := range s.Nodes {
 		if n.State != NodeLeaving {
-			nodes++
+			member[n.Name] = true
 		}
 	}
 	for i, c := range snap.History {
-		h := History{Commit: c, Nodes: nodes, Refused: []string{}}
+		h := History{Commit: c, Nodes: len(member), Refused: []string{}}
 		for _, node := range slices.Sorted(maps.Keys(newest)) {
 			r := newest[node]
+			if !member[node] {
+				continue
+			}
 			if at, ok := index[r.Commit]; ok && at <= i {
 				h.Applied++
 			}

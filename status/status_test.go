@@ -85,3 +85,16 @@ func TestInvalidTipDeadNode(t *testing.T) {
 	}
 }
 
+// TestHistoryCountsInventoryNodes: a leaving node (reporting, no longer
+// in the inventory) at the tip does not count as one more node that
+// applied it: applied never passes nodes.
+func TestHistoryCountsInventoryNodes(t *testing.T) {
+	snap, now := statustest.Snapshot(t, "converged")
+	gone := snap.Reports[0]
+	gone.Node, gone.Instances, gone.Volumes = "n9", nil, nil
+	snap.Reports = append(snap.Reports, gone)
+	st := status.Compute(status.Input{Snapshot: snap, Now: now})
+	if h := st.History[0]; h.Applied != 3 || h.Nodes != 3 {
+		t.Errorf("tip: %d of %d nodes applied it, want 3 of 3", h.Applied, h.Nodes)
+	}
+}
