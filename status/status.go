@@ -225,7 +225,7 @@ func Compute(in Input) *Status {
 	if m != nil {
 		s.Cluster = m.Cluster.Name
 	}
-	newest := newestReports(snap.Reports)
+	newest := newestReports(snap.Reports, s.Time)
 	if snap.Tree.Invalid || m == nil {
 		if m != nil {
 			for _, d := range m.Diagnostics.Errors() {
@@ -254,12 +254,19 @@ func Compute(in Input) *Status {
 	return s
 }
 
-// newestReports keeps each node's newest report.
-func newestReports(reports []report.Report) map[string]*report.Report {
+// newestReports keeps each node's newest report, as the planner does: a
+// report dated more than planner.FutureLimit after now is set aside (a
+// node may have several report refs, a local and a fetched one), and a
+// tie goes the same way whatever the order of the refs.
+func newestReports(reports []report.Report, now time.Time) map[string]*report.Report {
 	out := map[string]*report.Report{}
 	for i := range reports {
 		r := &reports[i]
-		if cur, ok := out[r.Node]; !ok || r.Time.After(cur.Time) {
+		if r.Time.After(now.Add(planner.FutureLimit)) {
+			continue
+		}
+		cur, ok := out[r.Node]
+		if !ok || r.Time.After(cur.Time) || r.Time.Equal(cur.Time) && string(r.Marshal()) > string(cur.Marshal()) {
 			out[r.Node] = r
 		}
 	}

@@ -98,3 +98,21 @@ func TestHistoryCountsInventoryNodes(t *testing.T) {
 		t.Errorf("tip: %d of %d nodes applied it, want 3 of 3", h.Applied, h.Nodes)
 	}
 }
+
+// TestReportFromTheFuture: a second report of a node dated two hours
+// ahead (a stale ref with a broken clock, or a forged one) is set aside
+// by the planner, and by the status's node rows too: the rows do not
+// show the node on another commit than the plan reads.
+func TestReportFromTheFuture(t *testing.T) {
+	snap, now := statustest.Snapshot(t, "converged")
+	future := snap.Reports[1]
+	future.Time, future.Clock, future.Commit = now.Add(2*time.Hour), now.Add(2*time.Hour), statustest.Prev.Hash
+	snap.Reports = append(snap.Reports, future)
+	st := status.Compute(status.Input{Snapshot: snap, Now: now})
+	if n := st.Nodes[1]; n.Commit != statustest.Tip.Hash || !n.AtTip || n.State != status.NodeAlive {
+		t.Errorf("node %s: %s at %s (at tip %v)", n.Name, n.State, n.Commit, n.AtTip)
+	}
+	if !st.Converged {
+		t.Errorf("not converged: %s", st.Headline)
+	}
+}
