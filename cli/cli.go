@@ -89,16 +89,27 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(stderr, "keel:", ee.err)
+			fmt.Fprintln(stderr, "keel:", errorText(ee.err))
 		}
 		return ee.code
 	}
 	// Anything else is a usage error from cobra or an I/O failure.
-	fmt.Fprintln(stderr, "keel:", err)
+	fmt.Fprintln(stderr, "keel:", errorText(err))
 	if cmd, _, findErr := root.Find(args); findErr == nil && isUsageError(err) {
 		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
 	return ExitUsage
+}
+
+// errorText is err's message for the terminal: an error may quote a
+// remote (a git server's ERR line, an HTTP answer), so each of its lines is
+// made terminal-safe (termSafe).
+func errorText(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = termSafe(l)
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (e *env) rootCommand() *cobra.Command {

@@ -68,11 +68,11 @@ func (s *statusSource) open(ctx context.Context) (func(context.Context) (*status
 	dir := status.CacheDir(base, s.repo, s.branch)
 	remote := sync.Remote{URL: s.repo, Branch: s.branch, SSHKeyFile: s.sshKey, KnownHostsFile: s.knownHosts, TokenFile: s.tokenFile}
 	return func(ctx context.Context) (*status.Snapshot, error) {
-		g, err := status.Fetch(ctx, dir, remote)
+		snap, err := status.FetchRead(ctx, dir, remote, s.branch)
 		if err != nil {
 			return nil, sync.RedactURL(err)
 		}
-		return status.Read(g, s.branch)
+		return snap, nil
 	}, nil
 }
 
@@ -150,31 +150,57 @@ Exit status: 0 success (converged, with --check), 2 usage or I/O error,
 func (e *env) statusCheck(get func() (*status.Status, error), interval, timeout time.Duration, opts tableOptions) error {
 	deadline := time.Now().Add(timeout)
 	last := ""
+	read := false
 	for {
 		st, err := get()
-		if err != nil {
+		switch {
+		case err != nil && e.ctx.Err() != nil:
+			return &exitError{code: ExitNotConverged, err: errors.New("interrupted before the cluster converged")}
+		case err != nil && (!read || time.Until(deadline) <= 0):
+			// The first read fails at once (a wrong URL, branch or
+			// credential); a later one only when the time is up.
 			return err
+		case err != nil:
+			// A forge or network that fails for a moment does not end a
+			// wait for the deploy: read again.
+			fmt.Fprintf(e.stderr, "keel: %s (reading again)\n", termText(err.Error(), maxTerminalText))
+			if !e.sleep(min(interval, time.Until(deadline))) {
+				return &exitError{code: ExitNotConverged, err: errors.New("interrupted before the cluster converged")}
+			}
+			continue
 		}
+		read = true
+		headline := termText(st.Headline, maxTerminalText)
 		if st.Converged {
-			fmt.Fprintln(e.stdout, opts.paint(st.Headline, colorGreen))
+			fmt.Fprintln(e.stdout, opts.paint(headline, colorGreen))
 			return nil
 		}
-		if st.Headline != last {
-			fmt.Fprintln(e.stdout, opts.paint(st.Headline, colorRed))
-			last = st.Headline
+		if headline != last {
+			fmt.Fprintln(e.stdout, opts.paint(headline, colorRed))
+			last = headline
 		}
 		wait := min(interval, time.Until(deadline))
 		if wait <= 0 {
 			for _, m := range st.Missing[1:] {
-				fmt.Fprintln(e.stdout, "  "+m)
+				fmt.Fprintln(e.stdout, "  "+termText(m, maxTerminalText))
 			}
 			return &exitError{code: ExitNotConverged}
 		}
-		select {
-		case <-e.ctx.Done():
+		if !e.sleep(wait) {
 			return &exitError{code: ExitNotConverged, err: errors.New("interrupted before the cluster converged")}
-		case <-time.After(wait):
 		}
+	}
+}
+
+// sleep waits d, or until the command is interrupted (false).
+func (e *env) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-e.ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -185,7 +211,7 @@ func (e *env) statusWatch(get func() (*status.Status, error), interval time.Dura
 		st, err := get()
 		var buf strings.Builder
 		if err != nil {
-			fmt.Fprintf(&buf, "%s: %v\n", time.Now().Format(time.TimeOnly), err)
+			fmt.Fprintf(&buf, "%s: %s\n", time.Now().Format(time.TimeOnly), termText(err.Error(), maxTerminalText))
 		} else if err := writeStatus(&buf, st, format, opts); err != nil {
 			return err
 		}

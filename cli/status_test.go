@@ -2,11 +2,15 @@ package cli_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keel-dev/keel/cli"
 	"github.com/keel-dev/keel/render"
@@ -114,5 +118,24 @@ func TestStatusUsage(t *testing.T) {
 		if code != cli.ExitUsage || strings.Contains(errOut, "secret") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
+	}
+}
+
+// TestStatusHostileServer: a git server's error text (an ERR line) is
+// quoted in keel's error; its escape sequences and carriage returns reach
+// stderr escaped.
+func TestStatusHostileServer(t *testing.T) {
+	msg := "ERR evil\x1b]0;pwned\x07\rgone\x9b2J\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+		fmt.Fprintf(w, "%04x%s", len(msg)+4, msg)
+	}))
+	defer srv.Close()
+	code, _, errOut := keel(t, "status", "--repo", srv.URL+"/x.git", "--cache-dir", t.TempDir())
+	if code != cli.ExitUsage || !strings.Contains(errOut, `evil\x1b]0;pwned\x07\x0dgone\x9b2J`) {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if strings.ContainsAny(errOut, "\x1b\x07\r") || !utf8.ValidString(errOut) {
+		t.Errorf("control characters reach stderr: %q", errOut)
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/keel-dev/keel/render"
@@ -52,7 +53,8 @@ func (t *table) draw(b *strings.Builder, o tableOptions) {
 	}
 	for _, r := range t.rows {
 		for i, c := range r {
-			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+			r[i] = termSafe(c)
+			widths[i] = max(widths[i], utf8.RuneCountInString(r[i]))
 		}
 	}
 	total := func() int {
@@ -94,6 +96,47 @@ func (t *table) draw(b *strings.Builder, o tableOptions) {
 	}
 }
 
+// maxTerminalText bounds, in runes, one message written to the terminal
+// (the headline, a missing item, an error, a warning): report texts are
+// written by the nodes (a refusal's reason, an instance's error may be
+// megabytes), not by keel.
+const maxTerminalText = 1024
+
+// termSafe makes text from reports, commits and remotes safe to write to
+// a terminal: every control character (C0 including CR and LF, DEL, C1),
+// bidi override and byte that is not UTF-8 (a lone 0x9b is CSI to an
+// 8-bit terminal) is written as a visible escape (\x1b, \u202e), so that
+// a report cannot retitle, clear or rewrite the operator's terminal, set
+// its clipboard, or disguise a line.
+func termSafe(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, unsafeRune) {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case r < 0x80 && unsafeRune(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unsafeRune(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[:size])
+		}
+		s = s[size:]
+	}
+	return b.String()
+}
+
+func unsafeRune(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
+}
+
+// termText is s made terminal-safe and cut to n runes.
+func termText(s string, n int) string { return fit(termSafe(s), n) }
+
 // fit cuts s to n runes, marking the cut.
 func fit(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {
@@ -107,15 +150,16 @@ func fit(s string, n int) string {
 func statusTable(st *status.Status, o tableOptions) string {
 	var b strings.Builder
 	tip := st.Tip
-	fmt.Fprintf(&b, "cluster %s · branch %s · tip %s %q (%s, %s ago)\n", st.Cluster, st.Branch, tip.Short(), tip.Subject, tip.Author,
+	fmt.Fprintf(&b, "cluster %s · branch %s · tip %s %q (%s, %s ago)\n", termText(st.Cluster, 100), termText(st.Branch, 100), tip.Short(),
+		fit(tip.Subject, 200), termText(tip.Author, 100),
 		status.Age(int64(max(0, st.Time.Sub(tip.Time).Seconds()))))
 	if st.Converged {
-		b.WriteString(o.paint("✔ "+st.Headline, colorGreen) + "\n")
+		b.WriteString(o.paint("✔ "+termText(st.Headline, maxTerminalText), colorGreen) + "\n")
 	} else {
-		b.WriteString(o.paint("✘ "+st.Headline, colorRed) + "\n")
+		b.WriteString(o.paint("✘ "+termText(st.Headline, maxTerminalText), colorRed) + "\n")
 		if len(st.Missing) > 1 {
 			for _, m := range st.Missing {
-				b.WriteString("  - " + fit(m, max(20, o.width-4)) + "\n")
+				b.WriteString("  - " + termText(m, max(20, o.width-4)) + "\n")
 			}
 		}
 	}
@@ -125,7 +169,7 @@ func statusTable(st *status.Status, o tableOptions) string {
 	if len(st.Errors) > 0 {
 		section(&b, o, "ERRORS AT THE TIP")
 		for _, e := range st.Errors {
-			b.WriteString(e + "\n")
+			b.WriteString(termText(e, maxTerminalText) + "\n")
 		}
 	}
 	if len(st.Nodes) > 0 {
@@ -219,7 +263,7 @@ func statusTable(st *status.Status, o tableOptions) string {
 	if len(st.Warnings) > 0 {
 		section(&b, o, "WARNINGS")
 		for _, w := range st.Warnings {
-			b.WriteString(fit(w.Message, max(20, o.width)) + "\n")
+			b.WriteString(termText(w.Message, max(20, o.width)) + "\n")
 		}
 	}
 	return b.String()

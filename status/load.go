@@ -74,14 +74,48 @@ func CacheDir(base, url, branch string) string {
 	return filepath.Join(base, "keel", "status", hex.EncodeToString(sum[:12]))
 }
 
-// Fetch brings the read-only mirror of remote in dir up to date (making
-// it on first use) with the branch's history and every report and
-// certificate ref, and returns it. It never pushes.
-func Fetch(ctx context.Context, dir string, remote sync.Remote) (*Repo, error) {
-	remote.FullHistory = true
+// FetchRead brings the read-only mirror of remote in dir up to date, as
+// Fetch does, and takes a snapshot of branch in it, holding the cache's
+// lock throughout: two keel status runs (or a dashboard) sharing one
+// cache directory take turns instead of making, fetching into or
+// compacting the mirror under each other.
+func FetchRead(ctx context.Context, dir string, remote sync.Remote, branch string) (*Snapshot, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return nil, err
 	}
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	g, err := fetch(ctx, dir, remote)
+	if err != nil {
+		return nil, err
+	}
+	return Read(g, branch)
+}
+
+// Fetch brings the read-only mirror of remote in dir up to date (making
+// it on first use) with the branch's history and every report and
+// certificate ref, and returns it. It never pushes. A mirror grown past
+// sync.CompactBound of its size when made (every report a node publishes
+// is a new commit, and the old ones stay in the packs) is replaced by a
+// fresh clone, as the agents' are. Fetch holds the cache's lock while it
+// works; FetchRead holds it over the read too.
+func Fetch(ctx context.Context, dir string, remote sync.Remote) (*Repo, error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, err
+	}
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return fetch(ctx, dir, remote)
+}
+
+func fetch(ctx context.Context, dir string, remote sync.Remote) (*Repo, error) {
+	remote.FullHistory = true
 	prefix := render.DefaultReportRefPrefix
 	for range 2 {
 		m, err := sync.OpenMirror(ctx, dir, remote, prefix)
@@ -91,6 +125,15 @@ func Fetch(ctx context.Context, dir string, remote sync.Remote) (*Repo, error) {
 		refs, err := m.Fetch(ctx)
 		if err != nil {
 			return nil, err
+		}
+		if m.NeedsCompaction() {
+			// A failed compaction leaves the mirror as it was: read that.
+			if err := m.Compact(ctx); err != nil && ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if refs, err = m.Refs(); err != nil {
+				return nil, err
+			}
 		}
 		r := &Repo{Git: m.Repository(), mirror: m}
 		// The cluster may keep its reports elsewhere: read it from the

@@ -225,7 +225,7 @@ func Compute(in Input) *Status {
 	if m != nil {
 		s.Cluster = m.Cluster.Name
 	}
-	newest := newestReports(snap.Reports)
+	newest := newestReports(snap.Reports, s.Time)
 	if snap.Tree.Invalid || m == nil {
 		if m != nil {
 			for _, d := range m.Diagnostics.Errors() {
@@ -234,7 +234,7 @@ func Compute(in Input) *Status {
 		}
 		s.Missing = []string{fmt.Sprintf("the specs at %s are invalid (%d errors): the nodes keep the last valid commit; first: %s",
 			s.Tip.Short(), len(s.Errors), first(s.Errors))}
-		s.leavingNodes(newest, nil)
+		s.leavingNodes(newest, nil, m)
 		s.history(snap, newest)
 		s.finish()
 		return s
@@ -254,12 +254,19 @@ func Compute(in Input) *Status {
 	return s
 }
 
-// newestReports keeps each node's newest report.
-func newestReports(reports []report.Report) map[string]*report.Report {
+// newestReports keeps each node's newest report, as the planner does: a
+// report dated more than planner.FutureLimit after now is set aside (a
+// node may have several report refs, a local and a fetched one), and a
+// tie goes the same way whatever the order of the refs.
+func newestReports(reports []report.Report, now time.Time) map[string]*report.Report {
 	out := map[string]*report.Report{}
 	for i := range reports {
 		r := &reports[i]
-		if cur, ok := out[r.Node]; !ok || r.Time.After(cur.Time) {
+		if r.Time.After(now.Add(planner.FutureLimit)) {
+			continue
+		}
+		cur, ok := out[r.Node]
+		if !ok || r.Time.After(cur.Time) || r.Time.Equal(cur.Time) && string(r.Marshal()) > string(cur.Marshal()) {
 			out[r.Node] = r
 		}
 	}
@@ -345,7 +352,7 @@ func (s *Status) nodes(m *render.Model, plan *planner.Plan, newest map[string]*r
 	}
 	s.Counts.Nodes = len(plan.Nodes)
 	s.Counts.Instances = len(plan.Placements)
-	s.leavingNodes(newest, plan)
+	s.leavingNodes(newest, plan, m)
 }
 
 // fromReport fills n with what r says.
@@ -364,8 +371,9 @@ func (s *Status) fromReport(n *Node, r *report.Report) {
 	n.Report = r
 }
 
-// leavingNodes adds the nodes that report but are not in the inventory.
-func (s *Status) leavingNodes(newest map[string]*report.Report, plan *planner.Plan) {
+// leavingNodes adds the nodes that report but are not in the inventory
+// (with no plan, every node that reports).
+func (s *Status) leavingNodes(newest map[string]*report.Report, plan *planner.Plan, m *render.Model) {
 	for _, name := range slices.Sorted(maps.Keys(newest)) {
 		if plan != nil && slices.ContainsFunc(plan.Nodes, func(n planner.Node) bool { return n.Name == name }) {
 			continue
@@ -373,8 +381,17 @@ func (s *Status) leavingNodes(newest map[string]*report.Report, plan *planner.Pl
 		n := Node{Name: name, State: NodeLeaving, Problems: []report.Problem{}, Errors: []string{}}
 		s.fromReport(&n, newest[name])
 		if plan == nil {
-			// The tip is invalid: no inventory to compare with.
+			// The tip is invalid: no inventory to compare with, and no
+			// planner to judge liveness; the reader's clock does, with
+			// the TTL of the specs as far as they rendered.
+			ttl := render.DefaultLivenessTTL
+			if m != nil && m.Cluster.LivenessTTL > 0 {
+				ttl = m.Cluster.LivenessTTL
+			}
 			n.State = NodeAlive
+			if s.Time.Sub(*n.ReportTime) > time.Duration(ttl)+time.Duration(ttl)/3 {
+				n.State = NodeDead
+			}
 		}
 		s.Nodes = append(s.Nodes, n)
 	}
@@ -533,16 +550,21 @@ func (s *Status) history(snap *Snapshot, newest map[string]*report.Report) {
 	for i, c := range snap.History {
 		index[c.Hash] = i
 	}
-	nodes := 0
+	// Only the inventory's nodes count: a leaving node's commit is not
+	// the cluster's progress (Applied could pass Nodes).
+	member := map[string]bool{}
 	for _, n := range s.Nodes {
 		if n.State != NodeLeaving {
-			nodes++
+			member[n.Name] = true
 		}
 	}
 	for i, c := range snap.History {
-		h := History{Commit: c, Nodes: nodes, Refused: []string{}}
+		h := History{Commit: c, Nodes: len(member), Refused: []string{}}
 		for _, node := range slices.Sorted(maps.Keys(newest)) {
 			r := newest[node]
+			if !member[node] {
+				continue
+			}
 			if at, ok := index[r.Commit]; ok && at <= i {
 				h.Applied++
 			}

@@ -69,3 +69,50 @@ func TestInvalidTip(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// TestInvalidTipDeadNode: with the tip invalid there is no plan to judge
+// liveness, and a node whose agent stopped an hour ago is dead by the
+// reader's clock, not alive.
+func TestInvalidTipDeadNode(t *testing.T) {
+	snap, now := statustest.Snapshot(t, "dead-node")
+	snap.Tree.Invalid = true
+	snap.Reports[2].Time = now.Add(-time.Hour)
+	st := status.Compute(status.Input{Snapshot: snap, Now: now})
+	for _, n := range st.Nodes {
+		if want := map[bool]string{true: status.NodeDead, false: status.NodeAlive}[n.Name == snap.Reports[2].Node]; n.State != want {
+			t.Errorf("node %s is %s, want %s", n.Name, n.State, want)
+		}
+	}
+}
+
+// TestHistoryCountsInventoryNodes: a leaving node (reporting, no longer
+// in the inventory) at the tip does not count as one more node that
+// applied it: applied never passes nodes.
+func TestHistoryCountsInventoryNodes(t *testing.T) {
+	snap, now := statustest.Snapshot(t, "converged")
+	gone := snap.Reports[0]
+	gone.Node, gone.Instances, gone.Volumes = "n9", nil, nil
+	snap.Reports = append(snap.Reports, gone)
+	st := status.Compute(status.Input{Snapshot: snap, Now: now})
+	if h := st.History[0]; h.Applied != 3 || h.Nodes != 3 {
+		t.Errorf("tip: %d of %d nodes applied it, want 3 of 3", h.Applied, h.Nodes)
+	}
+}
+
+// TestReportFromTheFuture: a second report of a node dated two hours
+// ahead (a stale ref with a broken clock, or a forged one) is set aside
+// by the planner, and by the status's node rows too: the rows do not
+// show the node on another commit than the plan reads.
+func TestReportFromTheFuture(t *testing.T) {
+	snap, now := statustest.Snapshot(t, "converged")
+	future := snap.Reports[1]
+	future.Time, future.Clock, future.Commit = now.Add(2*time.Hour), now.Add(2*time.Hour), statustest.Prev.Hash
+	snap.Reports = append(snap.Reports, future)
+	st := status.Compute(status.Input{Snapshot: snap, Now: now})
+	if n := st.Nodes[1]; n.Commit != statustest.Tip.Hash || !n.AtTip || n.State != status.NodeAlive {
+		t.Errorf("node %s: %s at %s (at tip %v)", n.Name, n.State, n.Commit, n.AtTip)
+	}
+	if !st.Converged {
+		t.Errorf("not converged: %s", st.Headline)
+	}
+}
