@@ -136,8 +136,11 @@ func statusTable(st *status.Status, o tableOptions) string {
 			if n.ReportAge != nil {
 				rep = status.Age(*n.ReportAge) + " ago"
 				commit = short12(n.Commit)
-				plan = "agrees"
-				if !n.PlanAgrees {
+				switch {
+				case n.State != status.NodeAlive && n.State != status.NodeSettling:
+				case n.PlanAgrees:
+					plan = "agrees"
+				default:
 					plan = "differs"
 				}
 			}

@@ -287,6 +287,11 @@ func (s *Status) nodes(m *render.Model, plan *planner.Plan, newest map[string]*r
 			s.Missing = append(s.Missing, fmt.Sprintf("node %s has never reported", pn.Name))
 		case !pn.Alive:
 			n.State = NodeDead
+		case s.Time.Sub(r.Time) > time.Duration(m.Cluster.LivenessTTL)+planner.MaxClockLead(m):
+			// The nodes judge liveness against the newest report, so when
+			// every agent has stopped they all still look alive: the
+			// reader's clock says they are not.
+			n.State = NodeDead
 		case pn.Settling:
 			n.State = NodeSettling
 		default:
