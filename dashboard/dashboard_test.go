@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"html"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/status"
+	"github.com/keel-dev/keel/status/statustest"
 )
 
 // routes are a request to each of the dashboard's routes, and to a path
@@ -280,5 +282,54 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 	if _, err := New(Options{Source: fixed(handStatus()), Refresh: -time.Second}); err == nil {
 		t.Error("New with a negative refresh: no error")
+	}
+}
+
+// TestFixtures renders the overview and every node's page of each fixture
+// cluster of keel status.
+func TestFixtures(t *testing.T) {
+	for _, name := range statustest.Names() {
+		t.Run(name, func(t *testing.T) {
+			snap, now := statustest.Snapshot(t, name)
+			st := status.Compute(status.Input{Snapshot: snap, Now: now})
+			d := newTest(t, Options{Source: fixed(st), Now: func() time.Time { return now }})
+			res, body := get(t, d, http.MethodGet, "/")
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("GET /: %d", res.StatusCode)
+			}
+			class := `class="headline bad"`
+			if st.Converged {
+				class = `class="headline good"`
+			}
+			for _, want := range []string{html.EscapeString(st.Headline), class, html.EscapeString(st.Tip.Subject)} {
+				if !strings.Contains(body, want) {
+					t.Errorf("GET /: want %q in the page", want)
+				}
+			}
+			for _, m := range st.Missing {
+				if !strings.Contains(body, "<li>"+html.EscapeString(m)+"</li>") {
+					t.Errorf("GET /: missing %q not listed", m)
+				}
+			}
+			for _, n := range st.Nodes {
+				if !strings.Contains(body, `<a href="/nodes/`+n.Name+`">`) {
+					t.Errorf("GET /: no row for node %s", n.Name)
+				}
+				res, body := get(t, d, http.MethodGet, "/nodes/"+n.Name)
+				if res.StatusCode != http.StatusOK || !strings.Contains(body, n.Name+": "+n.State) {
+					t.Errorf("GET /nodes/%s: %d, want its page", n.Name, res.StatusCode)
+				}
+				for _, ri := range n.Report.Instances {
+					if !strings.Contains(body, "<td>"+ri.Name+"</td>") {
+						t.Errorf("GET /nodes/%s: instance %s not shown", n.Name, ri.Name)
+					}
+				}
+			}
+			for _, a := range st.Attention {
+				if !strings.Contains(body, html.EscapeString(a.Reason)) {
+					t.Errorf("GET /: attention %s (%s) not shown", a.Name, a.Reason)
+				}
+			}
+		})
 	}
 }

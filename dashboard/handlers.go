@@ -186,6 +186,9 @@ func (d *Dashboard) page() *page {
 		St: s.st, Read: s.read, Err: s.err, ErrTime: s.errTime, repoURL: d.opts.RepoURL}
 }
 
+// Every is the refresh interval, written as a duration.
+func (p *page) Every() string { return (time.Duration(p.Refresh) * time.Second).String() }
+
 // Ago says how long before the page t was: "42s".
 func (p *page) Ago(t time.Time) string {
 	return status.Age(int64(max(0, p.Now.Sub(t)) / time.Second))
