@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/dashboard"
@@ -87,6 +88,17 @@ func (s *statusSource) dashboardSource(ctx context.Context) (dashboard.Source, e
 			return nil, err
 		}
 		snap, err := read(ctx)
+		for try := 1; err != nil && errors.Is(err, dotgit.ErrEmptyRefFile) && try < 3; try++ {
+			// go-git writes a ref in place (truncate, then write): a
+			// reader of a repository that agents push to through a path
+			// (keel demo) may see it empty for a moment.
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			snap, err = read(ctx)
+		}
 		if err != nil {
 			return nil, err
 		}
