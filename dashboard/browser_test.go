@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,51 +15,27 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/keel-dev/keel/dashboard/headless"
 	"github.com/keel-dev/keel/status"
 	"github.com/keel-dev/keel/status/statustest"
 )
 
-// chromiumNames are the browsers the test can drive, in the order it
-// looks for them.
-var chromiumNames = []string{"chromium", "chromium-browser", "headless-shell", "google-chrome"}
-
-// findChromium returns the browser to drive. Without one the test skips,
-// unless KEEL_REQUIRE_CHROMIUM is set (CI sets it: there the browser is
-// installed, and a skip would hide a broken install).
-func findChromium(t *testing.T) string {
-	for _, name := range chromiumNames {
-		if path, err := exec.LookPath(name); err == nil {
-			return path
-		}
-	}
-	if os.Getenv("KEEL_REQUIRE_CHROMIUM") != "" {
-		t.Fatalf("KEEL_REQUIRE_CHROMIUM is set but none of %v is in PATH (Debian: apt-get install chromium)", chromiumNames)
-	}
-	t.Skipf("no Chromium in PATH (looked for %v; Debian: apt-get install chromium); set KEEL_REQUIRE_CHROMIUM=1 to fail instead", chromiumNames)
-	return ""
-}
-
 // Browser starts a headless Chromium for a test and returns a tab's
-// context; the browser ends with the test.
+// context; the browser ends with the test. Without a browser the test
+// skips, unless KEEL_REQUIRE_CHROMIUM is set (CI sets it: there the
+// browser is installed, and a skip would hide a broken install).
 func Browser(t *testing.T, timeout time.Duration) context.Context {
-	path := findChromium(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.WindowSize(1280, 900),
-		// /dev/shm is small in containers.
-		chromedp.Flag("disable-dev-shm-usage", true),
-	)
-	if os.Geteuid() == 0 {
-		// Chromium refuses to run as root with its sandbox (CI runs as
-		// root); the pages it loads are the test's own.
-		opts = append(opts, chromedp.NoSandbox)
+	path, err := headless.Find()
+	if err != nil {
+		if os.Getenv("KEEL_REQUIRE_CHROMIUM") != "" {
+			t.Fatalf("KEEL_REQUIRE_CHROMIUM is set: %v", err)
+		}
+		t.Skipf("%v; set KEEL_REQUIRE_CHROMIUM=1 to fail instead", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx)
-	t.Cleanup(bcancel)
+	bctx, stop := headless.Start(ctx, path, 1280, 900)
+	t.Cleanup(stop)
 	return bctx
 }
 
