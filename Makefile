@@ -12,7 +12,7 @@ FUZZRUNS  ?= 20000x
 export GIT_CONFIG_GLOBAL := /dev/null
 export GIT_CONFIG_NOSYSTEM := 1
 
-.PHONY: all build build-freebsd vet-freebsd test fuzz lint bench demo clean FORCE
+.PHONY: all build build-freebsd vet-freebsd test fuzz lint bench demo grafana clean FORCE
 
 all: lint build test
 
@@ -78,6 +78,11 @@ bench:
 ## push (Ctrl-C stops it and every instance).
 demo: build
 	./$(BIN) demo
+
+## grafana: regenerate docs/grafana/keel.json from docs/grafana/dashboard.go
+## (a test fails while the checked-in JSON differs).
+grafana:
+	cd docs/grafana && $(GO) run ./gen keel.json
 
 clean:
 	rm -rf bin bench.out

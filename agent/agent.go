@@ -31,6 +31,7 @@ import (
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/proxy"
 	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/providers/forge"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
 	"github.com/keel-dev/keel/sync"
@@ -76,6 +77,9 @@ type Options struct {
 	MaxParallelOps int
 	// Ingress, when set, runs the node's HTTPS ingress (docs/ingress.md).
 	Ingress *IngressOptions
+	// Forge, when set, posts this node's deploy status on the commits it
+	// applies or refuses (docs/forge.md).
+	Forge *ForgeOptions
 }
 
 // Trust is the node-local configuration of commit verification.
@@ -123,6 +127,8 @@ type Agent struct {
 	pub     *publisher
 	checks  *hostChecks   // nil when the driver has no host checks
 	ing     *ingressState // nil without Options.Ingress
+	forge   *forgeWorker  // nil without Options.Forge
+	forgeM  *forgeMetrics
 
 	// Owned by the loop goroutine.
 	applied     *appliedCommit
@@ -155,6 +161,12 @@ type Agent struct {
 	servicesSeen  map[string]bool
 	// proxied is what the service proxies were last set to, for the report.
 	proxied []proxy.Service
+	// forgeWant is the statuses last handed to the forge worker;
+	// forgeApplied the applied commit's among them, and forgeSuperseded
+	// the one of an applied commit left before it converged.
+	forgeWant       []forge.Status
+	forgeApplied    *forge.Status
+	forgeSuperseded *forge.Status
 
 	started     time.Time // when Run began, for the warm-up
 	lastFetchOK time.Time // the last successful fetch
@@ -215,6 +227,10 @@ func New(opts Options) (*Agent, error) {
 		requests:  make(chan request),
 		trigger:   make(chan struct{}, 1),
 		restarted: map[string]int{},
+	}
+	a.metrics.NodeInfo.WithLabelValues(opts.Node, opts.Version).Set(1)
+	if opts.Forge != nil {
+		a.forgeM = newForgeMetrics(opts.Registry)
 	}
 	if opts.Ingress != nil {
 		if opts.Ingress.HTTP01Wait == 0 {
@@ -312,6 +328,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit())
 	defer a.pub.close()
+	if a.opts.Forge != nil {
+		a.forge = newForgeWorker(*a.opts.Forge, a.log, a.forgeM)
+		defer a.forge.close()
+	}
 	defer a.proxies.Close()
 	var certChanged chan struct{} // nil without an ingress: never ready
 	if a.ing != nil {
@@ -591,6 +611,7 @@ func (a *Agent) reportTime(now time.Time) time.Time {
 // pass plans with the freshest knowledge and reconciles.
 func (a *Agent) pass(ctx context.Context) {
 	a.health.lastPass.Store(time.Now().UnixNano())
+	defer a.updateForge()
 	if a.applied == nil {
 		// Nothing applied yet: nothing to run, but a refusal is news.
 		if a.refused != nil && a.gitOK {

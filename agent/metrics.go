@@ -7,6 +7,10 @@ import (
 
 // Metrics are the agent's Prometheus metrics (docs/metrics.md lists them).
 type Metrics struct {
+	// NodeInfo is 1 with the node's name and the agent's version: the
+	// one series that names the node, for joins on the target labels
+	// (docs/observability.md).
+	NodeInfo          *prometheus.GaugeVec
 	SyncDuration      prometheus.Histogram
 	SyncErrors        *prometheus.CounterVec
 	SyncLastSuccess   prometheus.Gauge
@@ -38,6 +42,9 @@ type Metrics struct {
 // collectors, on reg.
 func NewMetrics(reg *prometheus.Registry) *Metrics {
 	m := &Metrics{
+		NodeInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_node_info", Help: "The node this agent runs and the agent's version (value 1).",
+		}, []string{"node", "version"}),
 		SyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "keel_sync_duration_seconds", Help: "Time to fetch the cluster repository and read its new commit and reports.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
@@ -101,7 +108,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Name: "keel_service_endpoints_ready", Help: "Endpoints of each Service in this node's plan: its replicas that run and may take traffic.",
 		}, []string{"service"}),
 	}
-	reg.MustRegister(m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
+	reg.MustRegister(m.NodeInfo, m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
 		m.ReconcileDuration, m.ReconcileErrors, m.InstancesWaiting, m.InstanceOperations, m.Instances, m.InstanceInfo, m.InstanceRestarts,
 		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems, m.Unschedulable, m.ServiceReplicas, m.ServiceEndpoints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

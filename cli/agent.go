@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +32,7 @@ import (
 	"github.com/keel-dev/keel/providers/acme"
 	"github.com/keel-dev/keel/providers/certshare"
 	"github.com/keel-dev/keel/providers/dns01"
+	"github.com/keel-dev/keel/providers/forge"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/sync"
 )
@@ -96,6 +99,12 @@ stops the agent cleanly. See docs/agent.md.`,
 	f.DurationVar(&ing.limits.HeaderTimeout, "ingress-header-timeout", ingress.DefaultHeaderTimeout, "how long the ingress waits for a TLS handshake and a request's headers")
 	f.DurationVar(&ing.limits.IdleTimeout, "ingress-idle-timeout", ingress.DefaultIdleTimeout, "how long the ingress keeps an idle keep-alive client connection")
 	f.DurationVar(&ing.limits.BackendTimeout, "ingress-backend-timeout", ingress.DefaultBackendTimeout, "how long the ingress waits for a backend's response headers before answering 504")
+	var fg forgeFlags
+	f.StringVar(&fg.kind, "forge-kind", "", "post this node's deploy status on the commits it applies or refuses, to this forge: github, gitea, forgejo or gitlab (docs/forge.md); off when empty")
+	f.StringVar(&fg.url, "forge-url", "", "with --forge-kind: the forge's root URL, e.g. https://git.example.com (GitHub: the API root, default "+forge.DefaultGitHubAPI+")")
+	f.StringVar(&fg.repo, "forge-repo", "", "with --forge-kind: the cluster repository on the forge, owner/name (GitLab: also the project ID or its full path)")
+	f.StringVar(&fg.tokenFile, "forge-token-file", "", "with --forge-kind: file holding the forge token that may write commit statuses (mode 600)")
+	f.StringVar(&fg.targetURL, "forge-target-url", "", "with --forge-kind: the link each status carries, e.g. the dashboard's URL")
 	var fbsd freebsdFlags
 	f.StringVar(&fbsd.pool, "pool", freebsd.DefaultPool, "with --driver freebsd: the ZFS pool whose keel/ dataset holds images, jails and volumes")
 	f.StringVar(&fbsd.bridge, "bridge", freebsd.DefaultBridge, "with --driver freebsd: the node's bridge, keel<N>")
@@ -186,10 +195,14 @@ stops the agent cleanly. See docs/agent.md.`,
 		if err != nil {
 			return err
 		}
+		forgeOpts, err := fg.options(f)
+		if err != nil {
+			return err
+		}
 		reg := prometheus.NewRegistry()
 		a, err := agent.New(agent.Options{
-			Ingress: ingressOpts,
-			Node:    *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
+			Ingress: ingressOpts, Forge: forgeOpts,
+			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
 			Remote: remote,
 			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch, Trust: trust, ReportSigner: reportSigner,
 			ProxyLimits: proxyLim, MaxParallelOps: *maxParallelOps,
@@ -323,10 +336,70 @@ func (g ingressFlags) options(f interface{ Changed(string) bool }, reportKey str
 	return o, nil
 }
 
+// forgeFlags are the flags of the commit statuses on the forge.
+type forgeFlags struct {
+	kind, url, repo, tokenFile, targetURL string
+}
+
+// maxTokenFile bounds a token file.
+const maxTokenFile = 4 << 10
+
+// options checks the forge flags and returns the agent's forge options;
+// nil without --forge-kind.
+func (g forgeFlags) options(f interface{ Changed(string) bool }) (*agent.ForgeOptions, error) {
+	if g.kind == "" {
+		for _, name := range []string{"forge-url", "forge-repo", "forge-token-file", "forge-target-url"} {
+			if f.Changed(name) {
+				return nil, fmt.Errorf("--%s is for an agent that posts commit statuses (--forge-kind)", name)
+			}
+		}
+		return nil, nil
+	}
+	kind, err := forge.ParseKind(g.kind)
+	if err != nil {
+		return nil, fmt.Errorf("--forge-kind: %w", err)
+	}
+	switch {
+	case g.repo == "":
+		return nil, errors.New("--forge-kind needs --forge-repo")
+	case g.tokenFile == "":
+		return nil, errors.New("--forge-kind needs --forge-token-file")
+	case g.url == "" && kind != forge.GitHub:
+		return nil, fmt.Errorf("--forge-kind %s needs --forge-url, the forge's root URL", kind)
+	}
+	if g.targetURL != "" {
+		u, err := url.Parse(g.targetURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
+			return nil, errors.New("--forge-target-url: want an http(s) URL without credentials")
+		}
+	}
+	data, err := readSecretFile(g.tokenFile, maxTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--forge-token-file: %w", err)
+	}
+	c, err := forge.New(forge.Config{Kind: kind, URL: g.url, Repo: g.repo, Token: strings.TrimSpace(string(data))})
+	if err != nil {
+		return nil, fmt.Errorf("--forge-*: %w", err)
+	}
+	return &agent.ForgeOptions{Poster: c, TargetURL: g.targetURL}, nil
+}
+
 // readConfigFile reads a node-local file given by a flag: a regular file
 // of at most limit bytes, its size checked before it is read.
 func readConfigFile(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	return readNodeFile(path, limit, false)
+}
+
+// readSecretFile is readConfigFile for a credential: a file that other
+// users may read or change is refused too.
+func readSecretFile(path string, limit int64) ([]byte, error) {
+	return readNodeFile(path, limit, true)
+}
+
+func readNodeFile(path string, limit int64, secret bool) ([]byte, error) {
+	// O_NONBLOCK: opening a FIFO must not hang the agent's start; the
+	// checks below are on what was opened.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -337,6 +410,8 @@ func readConfigFile(path string, limit int64) ([]byte, error) {
 		return nil, err
 	case !fi.Mode().IsRegular():
 		return nil, fmt.Errorf("%s is not a regular file", path)
+	case secret && fi.Mode().Perm()&0o077 != 0:
+		return nil, fmt.Errorf("%s has mode %04o: other users may read or change the credential it holds; chmod 600 it", path, fi.Mode().Perm())
 	case fi.Size() > limit:
 		return nil, fmt.Errorf("%s is %d bytes, more than the %d allowed", path, fi.Size(), limit)
 	}

@@ -247,11 +247,12 @@ func atTipColor(n status.Node) string {
 }
 
 // resources writes committed/capacity for CPU and memory.
-func resources(committed render.Resources, capacity *render.Resources) (cpu, mem string) {
+func resources(committed status.Resources, capacity *status.Resources) (cpu, mem string) {
+	cpu, mem = render.CPU(committed.CPUMillicores).String()+"/", render.Bytes(committed.MemoryBytes).String()+"/"
 	if capacity == nil {
-		return committed.CPU.String() + "/-", committed.Memory.String() + "/-"
+		return cpu + "-", mem + "-"
 	}
-	return committed.CPU.String() + "/" + capacity.CPU.String(), committed.Memory.String() + "/" + capacity.Memory.String()
+	return cpu + render.CPU(capacity.CPUMillicores).String(), mem + render.Bytes(capacity.MemoryBytes).String()
 }
 
 func short12(commit string) string {

@@ -37,7 +37,7 @@ func handStatus() *status.Status {
 		s := int64(d / time.Second)
 		return &t, &s
 	}
-	capacity := render.Resources{CPU: 4000, Memory: 8 << 30}
+	capacity := status.Resources{CPUMillicores: 4000, MemoryBytes: 8 << 30}
 	n1t, n1a := age(3 * time.Second)
 	n3t, n3a := age(95 * time.Second)
 	n1 := &report.Report{APIVersion: render.APIVersion, Kind: report.Kind, Node: "n1", Time: *n1t, Commit: tipHash, PlanID: "p1",
@@ -61,7 +61,7 @@ func handStatus() *status.Status {
 		Counts: status.Counts{Nodes: 3, NodesAlive: 2, NodesAtTip: 2, Instances: 4, Running: 3, Services: 1, ServicesReady: 1},
 		Nodes: []status.Node{
 			{Name: "n1", State: status.NodeAlive, ReportTime: n1t, ReportAge: n1a, AgentVersion: "0.1.0", Commit: tipHash, AtTip: true, PlanID: "p1", PlanAgrees: true,
-				Assigned: 2, Running: 1, Committed: render.Resources{CPU: 200, Memory: 128 << 20}, Capacity: &capacity,
+				Assigned: 2, Running: 1, Committed: status.Resources{CPUMillicores: 200, MemoryBytes: 128 << 20}, Capacity: &capacity,
 				Problems: n1.Problems, Errors: []string{"api-0: exited 1: " + hostileScript}, Report: n1},
 			{Name: "n2", State: status.NodeAlive, ReportTime: n1t, ReportAge: n1a, Commit: tipHash, AtTip: true, PlanID: "p1", PlanAgrees: true,
 				Assigned: 1, Running: 1, Problems: []report.Problem{}, Errors: []string{},

@@ -15,8 +15,8 @@ import (
 var funcs = template.FuncMap{
 	"short":      short,
 	"age":        age,
-	"cpu":        func(n status.Node) string { return usage(n.Committed.CPU.String(), n.Capacity, cpuOf) },
-	"memory":     func(n status.Node) string { return usage(n.Committed.Memory.String(), n.Capacity, memoryOf) },
+	"cpu":        func(n status.Node) string { return usage(cpuOf(&n.Committed), n.Capacity, cpuOf) },
+	"memory":     func(n status.Node) string { return usage(memoryOf(&n.Committed), n.Capacity, memoryOf) },
 	"nodeClass":  nodeClass,
 	"stateClass": stateClass,
 	"join":       strings.Join,
@@ -39,11 +39,12 @@ func age(seconds *int64) string {
 	return status.Age(*seconds)
 }
 
-func cpuOf(r *render.Resources) string    { return r.CPU.String() }
-func memoryOf(r *render.Resources) string { return r.Memory.String() }
+// cpuOf and memoryOf write quantities as the specs do: 500m, 2G.
+func cpuOf(r *status.Resources) string    { return render.CPU(r.CPUMillicores).String() }
+func memoryOf(r *status.Resources) string { return render.Bytes(r.MemoryBytes).String() }
 
 // usage writes "committed / capacity", with ∞ for a node without limits.
-func usage(committed string, capacity *render.Resources, of func(*render.Resources) string) string {
+func usage(committed string, capacity *status.Resources, of func(*status.Resources) string) string {
 	if capacity == nil {
 		return committed + " / ∞"
 	}

@@ -118,14 +118,25 @@ type Node struct {
 	Running  int `json:"running" yaml:"running"`
 	// Committed is what its assigned instances reserve; Capacity is nil
 	// when the node's capacity is unknown (no limit).
-	Committed render.Resources  `json:"committed" yaml:"committed"`
-	Capacity  *render.Resources `json:"capacity" yaml:"capacity"`
+	Committed Resources  `json:"committed" yaml:"committed"`
+	Capacity  *Resources `json:"capacity" yaml:"capacity"`
 	// Problems are the host prerequisites that do not hold; Errors the
 	// errors of its instances, "instance: error".
 	Problems []report.Problem `json:"problems" yaml:"problems"`
 	Errors   []string         `json:"errors" yaml:"errors"`
 	// Report is the node's newest report as read (for the node's page).
 	Report *report.Report `json:"-" yaml:"-"`
+}
+
+// Resources are CPU and memory as plain numbers, for programs: zero is a
+// valid amount here (nothing committed), unlike in a spec.
+type Resources struct {
+	CPUMillicores int64 `json:"cpuMillicores" yaml:"cpuMillicores"`
+	MemoryBytes   int64 `json:"memoryBytes" yaml:"memoryBytes"`
+}
+
+func resourcesOf(r render.Resources) Resources {
+	return Resources{CPUMillicores: int64(r.CPU), MemoryBytes: int64(r.Memory)}
 }
 
 // Service is one Service's row.
@@ -275,9 +286,9 @@ func (s *Status) nodes(m *render.Model, plan *planner.Plan, newest map[string]*r
 	}
 	var disagree []string
 	for _, pn := range plan.Nodes {
-		n := Node{Name: pn.Name, Committed: pn.Committed, Problems: []report.Problem{}, Errors: []string{}, Assigned: len(assigned[pn.Name])}
+		n := Node{Name: pn.Name, Committed: resourcesOf(pn.Committed), Problems: []report.Problem{}, Errors: []string{}, Assigned: len(assigned[pn.Name])}
 		if !pn.Unlimited {
-			c := pn.Capacity
+			c := resourcesOf(pn.Capacity)
 			n.Capacity = &c
 		}
 		r := newest[pn.Name]
