@@ -25,7 +25,9 @@ import (
 // is killed, that node dead, as keel status --check says; Ctrl-C stops it.
 func TestDashboardShowsDeadNode(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 3*time.Minute, localcluster.Options{})
+	c := newCluster(t, 3*time.Minute, localcluster.Options{Files: map[string]string{
+		"apps/web.yaml": webService(3, "base/demo", "hello"),
+	}})
 	c.converge("first commit")
 	c.waitAllAlive()
 
