@@ -158,6 +158,13 @@ was given.`,
 		}
 		fmt.Fprintln(e.stdout)
 		e.printDemo(c, keel)
+		// The status views over the demo's repository: keel status and the
+		// dashboard, served in-process until Ctrl-C.
+		dash, err := e.startDemoDashboard(c.Bare, keel)
+		if err != nil {
+			return err
+		}
+		defer dash.stop()
 		e.printDemoIngress(c, ing)
 		<-e.ctx.Done()
 		return nil
