@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 	"github.com/spf13/cobra"
 
 	"github.com/keel-dev/keel/dashboard"
@@ -74,31 +73,15 @@ Ctrl-C stops it. Exit status: 0 when stopped, 2 usage or I/O error.`,
 	return cmd
 }
 
-// dashboardSource reads the status as keel status does. The repository is
-// opened again at each read: a long-running reader of a local clone must
-// see the packs that pushes and git gc add after it started.
+// dashboardSource reads the status as keel status does (a local clone is
+// opened afresh at each read, status.ReadDir).
 func (s *statusSource) dashboardSource(ctx context.Context) (dashboard.Source, error) {
-	// Open once now so that a wrong --repo fails at start.
-	if _, err := s.open(ctx); err != nil {
+	read, err := s.open(ctx)
+	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) (*status.Status, error) {
-		read, err := s.open(ctx)
-		if err != nil {
-			return nil, err
-		}
 		snap, err := read(ctx)
-		for try := 1; err != nil && errors.Is(err, dotgit.ErrEmptyRefFile) && try < 3; try++ {
-			// go-git writes a ref in place (truncate, then write): a
-			// reader of a repository that agents push to through a path
-			// (keel demo) may see it empty for a moment.
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
-			snap, err = read(ctx)
-		}
 		if err != nil {
 			return nil, err
 		}

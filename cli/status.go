@@ -49,11 +49,10 @@ func addStatusSourceFlags(cmd *cobra.Command) *statusSource {
 func (s *statusSource) open(ctx context.Context) (func(context.Context) (*status.Snapshot, error), error) {
 	if !status.IsURL(s.repo) {
 		dir, _ := sync.LocalPath(s.repo)
-		g, err := status.OpenDir(dir)
-		if err != nil {
+		if _, err := status.OpenDir(dir); err != nil {
 			return nil, fmt.Errorf("--repo %s: %w", s.repo, err)
 		}
-		return func(context.Context) (*status.Snapshot, error) { return status.Read(g, s.branch) }, nil
+		return func(ctx context.Context) (*status.Snapshot, error) { return status.ReadDir(ctx, dir, s.branch) }, nil
 	}
 	if err := sync.CheckURL(s.repo); err != nil {
 		return nil, err

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem/dotgit"
 
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/render"
@@ -332,6 +334,30 @@ type Snapshot struct {
 // HistoryLength is how many of the branch's newest commits a snapshot
 // holds (first parents only).
 const HistoryLength = 10
+
+// ReadDir opens the repository that holds dir afresh (a long-running
+// reader must see the packs that pushes and git gc add after it started)
+// and takes a snapshot of branch. go-git writes a ref in place (truncate,
+// then write), so a reader of a repository that agents push to through a
+// path (keel demo) may find one empty for a moment: that read is tried
+// again, twice at most.
+func ReadDir(ctx context.Context, dir, branch string) (*Snapshot, error) {
+	for try := 1; ; try++ {
+		g, err := OpenDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		snap, err := Read(g, branch)
+		if err == nil || !errors.Is(err, dotgit.ErrEmptyRefFile) || try == 3 {
+			return snap, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
 
 // Read takes a snapshot of branch in g.
 func Read(g *Repo, branch string) (*Snapshot, error) {
