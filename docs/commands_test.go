@@ -258,6 +258,11 @@ func needTools(t *testing.T, tools ...string) {
 	}
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("KEEL_REQUIRE_TOOLS") != "" {
+				// CI (.ci/run) installs them: a skip there would hide a
+				// broken command.
+				t.Fatalf("running the docs' commands needs %s: %v", tool, err)
+			}
 			t.Skipf("running the docs' commands needs %s: %v", tool, err)
 		}
 	}
