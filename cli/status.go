@@ -208,6 +208,9 @@ func (e *env) sleep(d time.Duration) bool {
 func (e *env) statusWatch(get func() (*status.Status, error), interval time.Duration, format string, opts tableOptions, tty bool) error {
 	for {
 		st, err := get()
+		if e.ctx.Err() != nil {
+			return nil // Ctrl-C, maybe in the middle of a read: not an error
+		}
 		var buf strings.Builder
 		if err != nil {
 			fmt.Fprintf(&buf, "%s: %s\n", time.Now().Format(time.TimeOnly), termText(err.Error(), maxTerminalText))

@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	gosync "sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -137,5 +140,62 @@ func TestStatusHostileServer(t *testing.T) {
 	}
 	if strings.ContainsAny(errOut, "\x1b\x07\r") || !utf8.ValidString(errOut) {
 		t.Errorf("control characters reach stderr: %q", errOut)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a reader and a writer at once.
+type lockedBuffer struct {
+	mu  gosync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestStatusWatch: --watch writes a new status at every interval, sees a
+// report published after it started, and Ctrl-C ends it with exit 0 and
+// no error.
+func TestStatusWatch(t *testing.T) {
+	server, tip, m := statusRepo(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut lockedBuffer
+	done := make(chan int)
+	go func() {
+		done <- cli.Run(ctx, []string{"status", "--repo", server, "--watch", "--interval", "50ms", "-o", "json"}, strings.NewReader(""), &out, &errOut)
+	}()
+	waitOutput := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(out.String(), what) {
+			if time.Now().After(deadline) {
+				t.Fatalf("--watch never wrote %q:\n%s\nstderr: %s", what, out.String(), errOut.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitOutput(`"converged": false`)
+	publish(t, server, statustest.Converged(m, tip, time.Now()))
+	waitOutput(`"converged": true`)
+	cancel()
+	select {
+	case code := <-done:
+		if code != cli.ExitOK || errOut.String() != "" {
+			t.Fatalf("Ctrl-C: exit %d, stderr %q", code, errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("--watch did not stop on Ctrl-C")
+	}
+	if strings.Contains(out.String(), "context canceled") {
+		t.Fatalf("Ctrl-C printed an error:\n%s", out.String())
 	}
 }
