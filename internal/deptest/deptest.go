@@ -4,6 +4,7 @@
 package deptest
 
 import (
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -15,7 +16,7 @@ func Forbid(t *testing.T, pkg string, forbidden ...string) {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-deps", "-test=false", pkg).Output()
 	if err != nil {
-		t.Fatalf("go list -deps %s: %v", pkg, err)
+		t.Fatalf("go list -deps %s: %v%s", pkg, err, stderrOf(err))
 	}
 	deps := map[string]bool{}
 	for _, d := range strings.Fields(string(out)) {
@@ -31,12 +32,21 @@ func Forbid(t *testing.T, pkg string, forbidden ...string) {
 	}
 }
 
+// stderrOf is what a failed command wrote on stderr, to say why.
+func stderrOf(err error) string {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && len(exit.Stderr) > 0 {
+		return "\n" + string(exit.Stderr)
+	}
+	return ""
+}
+
 // Direct returns the packages that pkg imports directly (not its tests').
 func Direct(t *testing.T, pkg string) []string {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, pkg).Output()
 	if err != nil {
-		t.Fatalf("go list %s: %v", pkg, err)
+		t.Fatalf("go list %s: %v%s", pkg, err, stderrOf(err))
 	}
 	return strings.Fields(string(out))
 }
