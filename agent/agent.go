@@ -158,6 +158,9 @@ type Agent struct {
 	// unschedulable is what the last plan could not place, to log it when
 	// it changes; servicesSeen the Services whose series are exported.
 	unschedulable string
+	// belowReplicas is the Services below their replica count, as last
+	// logged ("web 2/3, db 0/1"; "" when none is).
+	belowReplicas string
 	servicesSeen  map[string]bool
 	// proxied is what the service proxies were last set to, for the report.
 	proxied []proxy.Service
@@ -903,12 +906,28 @@ func (a *Agent) updatePlanMetrics(m *render.Model, plan *planner.Plan) {
 		}
 	}
 	services := make(map[string]bool, len(m.Services))
+	replicas := make(map[string]int, len(m.Services))
 	for _, s := range m.Services {
 		services[s.Name] = true
+		replicas[s.Name] = s.Replicas
 		a.metrics.ServiceReplicas.WithLabelValues(s.Name).Set(float64(s.Replicas))
 	}
+	var below []string
 	for _, s := range plan.Services {
 		a.metrics.ServiceEndpoints.WithLabelValues(s.Name).Set(float64(len(s.Endpoints)))
+		if len(s.Endpoints) < replicas[s.Name] {
+			below = append(below, fmt.Sprintf("%s %d/%d", s.Name, len(s.Endpoints), replicas[s.Name]))
+		}
+	}
+	// Logged when the set changes, not at every pass: a deploy moves
+	// through a few counts, a lasting shortfall is one line.
+	if text := strings.Join(below, ", "); text != a.belowReplicas {
+		if text != "" {
+			a.log.Warn("services below their replica count (ready/replicas)", "services", text)
+		} else if a.belowReplicas != "" {
+			a.log.Info("every service has its replicas ready")
+		}
+		a.belowReplicas = text
 	}
 	for name := range a.servicesSeen {
 		if !services[name] {

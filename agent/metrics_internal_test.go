@@ -77,6 +77,9 @@ func TestPlanMetrics(t *testing.T) {
 	if a.unschedulable != "web-2: no node has 8 CPUs free" {
 		t.Errorf("unschedulable logged as %q", a.unschedulable)
 	}
+	if a.belowReplicas != "web 2/3, db 0/2" {
+		t.Errorf("services below their replicas logged as %q", a.belowReplicas)
+	}
 	a.updatePlanMetrics(&render.Model{Services: m.Services[:1]}, &planner.Plan{Services: plan.Services[:1]})
 	if n := testutil.CollectAndCount(a.metrics.ServiceReplicas); n != 1 {
 		t.Errorf("%d replica series after db left, want 1", n)
