@@ -342,10 +342,25 @@ func (m *Mirror) fetched() {
 	m.measure()
 }
 
+// notOurRefTries bounds the fetches of one Fetch that meet a ref moved
+// between the advertisement and the wants.
+const notOurRefTries = 3
+
 func (m *Mirror) fetch(ctx context.Context, specs []config.RefSpec, prune bool) error {
-	err := m.repo.FetchContext(ctx, &git.FetchOptions{
-		RemoteName: "origin", RefSpecs: specs, Depth: m.depth(), Tags: git.NoTags, Force: true, Auth: m.auth, Prune: prune,
-	})
+	var err error
+	for try := 1; ; try++ {
+		err = m.repo.FetchContext(ctx, &git.FetchOptions{
+			RemoteName: "origin", RefSpecs: specs, Depth: m.depth(), Tags: git.NoTags, Force: true, Auth: m.auth, Prune: prune,
+		})
+		// Over smart HTTP the refs are advertised in one request and the
+		// objects asked for in the next: a node that force-pushes its
+		// report in between makes the old hash "not our ref" to a server
+		// at git's defaults, which refuses the whole fetch. A new fetch
+		// gets a fresh advertisement.
+		if err == nil || try == notOurRefTries || ctx.Err() != nil || !strings.Contains(err.Error(), "not our ref") {
+			break
+		}
+	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return fmt.Errorf("fetch %s: %w", Redacted(m.remote.URL), RedactURL(err))
 	}
