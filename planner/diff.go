@@ -178,7 +178,7 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 	byNode := map[string]*report.Report{}
 	for i := range reports {
 		r := &reports[i]
-		if cur, ok := byNode[r.Node]; !ok || newer(r, cur) {
+		if cur, ok := byNode[r.Node]; !ok || Newer(r, cur) {
 			byNode[r.Node] = r
 		}
 	}

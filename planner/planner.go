@@ -186,7 +186,7 @@ func (p *planner) readNodes() {
 	p.newest = map[string]*report.Report{}
 	for i := range p.in.Reports {
 		r := &p.in.Reports[i]
-		if cur := p.newest[r.Node]; cur == nil || newer(r, cur) {
+		if cur := p.newest[r.Node]; cur == nil || Newer(r, cur) {
 			p.newest[r.Node] = r
 		}
 		ns := p.byName[r.Node]
@@ -197,7 +197,7 @@ func (p *planner) readNodes() {
 			p.warn(WarnReportIgnored, r.Node, "report of %s ignored: it is dated %s, more than an hour ahead of this clock", r.Node, r.Time.UTC().Format(time.RFC3339))
 			continue
 		}
-		if ns.report == nil || newer(r, ns.report) {
+		if ns.report == nil || Newer(r, ns.report) {
 			ns.report = r
 		}
 	}
@@ -318,8 +318,10 @@ func (p *planner) readNodes() {
 	}
 }
 
-// newer reports whether a should win over b as a node's report.
-func newer(a, b *report.Report) bool {
+// Newer reports whether a should win over b as a node's report: the
+// later one, ties broken on content so that the choice never depends on
+// input order (keel status chooses as the planner does).
+func Newer(a, b *report.Report) bool {
 	if !a.Time.Equal(b.Time) {
 		return a.Time.After(b.Time)
 	}

@@ -1365,7 +1365,7 @@ func TestPropertyHostileReportSizes(t *testing.T) {
 		newest := map[string]*report.Report{}
 		for i := range all {
 			r := &all[i]
-			if cur := newest[r.Node]; cur == nil || newer(r, cur) {
+			if cur := newest[r.Node]; cur == nil || Newer(r, cur) {
 				newest[r.Node] = r
 			}
 		}

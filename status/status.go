@@ -265,8 +265,7 @@ func newestReports(reports []report.Report, now time.Time) map[string]*report.Re
 		if r.Time.After(now.Add(planner.FutureLimit)) {
 			continue
 		}
-		cur, ok := out[r.Node]
-		if !ok || r.Time.After(cur.Time) || r.Time.Equal(cur.Time) && string(r.Marshal()) > string(cur.Marshal()) {
+		if cur, ok := out[r.Node]; !ok || planner.Newer(r, cur) {
 			out[r.Node] = r
 		}
 	}
