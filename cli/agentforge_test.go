@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -123,7 +122,7 @@ func TestAgentPostsForgeStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var errOut syncWriter
+	var errOut syncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- cli.Run(ctx, []string{"agent", "--repo", bare, "--node", "n1", "--state-dir", t.TempDir(), "--driver", "fake",
@@ -151,22 +150,4 @@ func TestAgentPostsForgeStatus(t *testing.T) {
 	if strings.Contains(errOut.String(), token) {
 		t.Error("the token is in the agent's logs")
 	}
-}
-
-// syncWriter is a log destination safe for the agent's goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }

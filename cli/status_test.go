@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	gosync "sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -143,24 +141,6 @@ func TestStatusHostileServer(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a reader and a writer at once.
-type lockedBuffer struct {
-	mu  gosync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestStatusWatch: --watch writes a new status at every interval, sees a
 // report published after it started, and Ctrl-C ends it with exit 0 and
 // no error.
@@ -168,20 +148,14 @@ func TestStatusWatch(t *testing.T) {
 	server, tip, m := statusRepo(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut lockedBuffer
+	var out, errOut syncBuffer
 	done := make(chan int)
 	go func() {
 		done <- cli.Run(ctx, []string{"status", "--repo", server, "--watch", "--interval", "50ms", "-o", "json"}, strings.NewReader(""), &out, &errOut)
 	}()
 	waitOutput := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(out.String(), what) {
-			if time.Now().After(deadline) {
-				t.Fatalf("--watch never wrote %q:\n%s\nstderr: %s", what, out.String(), errOut.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		poll(t, 30*time.Second, "--watch writing "+what, func() bool { return strings.Contains(out.String(), what) })
 	}
 	waitOutput(`"converged": false`)
 	publish(t, server, statustest.Converged(m, tip, time.Now()))
