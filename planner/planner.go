@@ -73,6 +73,37 @@ func SettlePeriod(m *render.Model) time.Duration {
 	return time.Duration(m.Cluster.LivenessTTL)
 }
 
+// gossipTrust returns the ring's members and whether this view of the
+// ring may decide liveness: only when it holds a strict majority of the
+// inventory alive (this node counts). A node cut off from the ring sees
+// every other node die at once; it must not take their work, so it falls
+// back to the reports' ages (counting when the ring last saw each node),
+// and so does every node while a majority of the cluster is down.
+func (p *planner) gossipTrust(assume bool) (map[string]Member, bool) {
+	g := p.in.Gossip
+	if g == nil || assume {
+		return nil, false
+	}
+	alive := 0
+	for _, ns := range p.nodes {
+		if g.Members[ns.Name].Alive {
+			alive++
+		}
+	}
+	if 2*alive > len(p.nodes) {
+		return g.Members, true
+	}
+	p.warn(WarnGossipMinority, "", "the gossip ring shows %d of the %d nodes alive, not a majority: liveness is judged by the reports' ages", alive, len(p.nodes))
+	return g.Members, false
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // maxPerNode is how many instances fit in a node's /24: .2 to .254.
 const maxPerNode = 253
 
@@ -229,8 +260,13 @@ func (p *planner) readNodes() {
 	}
 	ttl := time.Duration(p.m.Cluster.LivenessTTL)
 	settle := SettlePeriod(p.m)
+	ring, trusted := p.gossipTrust(assume)
 	for _, ns := range p.nodes {
 		r := ns.report
+		// heard is the last sign of life: the report's time, or later
+		// when the ring vouches for the node (see Liveness).
+		var heard time.Time
+		var rejoined time.Time
 		switch {
 		case assume:
 			ns.Alive = true
@@ -239,15 +275,49 @@ func (p *planner) readNodes() {
 			p.warn(WarnPresumedAlive, ns.Name, "node %s has not reported yet: presumed alive for now", ns.Name)
 		case r == nil:
 			p.warn(WarnNodeDead, ns.Name, "node %s is dead: it has never reported", ns.Name)
-		case newest.Sub(r.Time) > ttl:
-			p.warn(WarnNodeDead, ns.Name, "node %s is dead: its last report is %s older than the newest (livenessTTL %s)", ns.Name, newest.Sub(r.Time).Round(time.Second), ttl)
 		default:
-			ns.Alive = true
+			heard = r.Time
+			mem, known := ring[ns.Name]
+			switch {
+			case known && trusted && mem.Alive:
+				ns.Alive, heard, rejoined = true, later(heard, newest), mem.Rejoined
+			case known && trusted && r.Time.After(mem.Since) && newest.Sub(r.Time) <= ttl:
+				// Cut off from the ring, but its reports still come.
+				ns.Alive = true
+				p.warn(WarnGossipCutOff, ns.Name, "node %s is out of the gossip ring since %s but still reports: alive by its report",
+					ns.Name, mem.Since.UTC().Format(time.RFC3339))
+			case known && trusted:
+				p.warn(WarnNodeDead, ns.Name, "node %s is dead: the gossip ring lost it at %s, and it has not reported since",
+					ns.Name, mem.Since.UTC().Format(time.RFC3339))
+			default:
+				// No ring, a ring this node cannot trust, or a node the
+				// ring has not seen: the report's age, counting the last
+				// time the ring saw the node alive.
+				if known {
+					if mem.Alive {
+						heard = later(heard, newest)
+					} else {
+						heard = later(heard, mem.Since)
+					}
+					rejoined = mem.Rejoined
+				}
+				if newest.Sub(heard) > ttl {
+					p.warn(WarnNodeDead, ns.Name, "node %s is dead: its last report is %s older than the newest (livenessTTL %s)", ns.Name, newest.Sub(heard).Round(time.Second), ttl)
+				} else {
+					ns.Alive = true
+				}
+			}
 		}
-		if ns.Alive && r != nil && !r.Since.IsZero() && r.Time.Sub(r.Since) < settle {
+		switch {
+		case !ns.Alive || r == nil:
+		case !r.Since.IsZero() && heard.Sub(r.Since) < settle:
 			ns.Settling = true
 			p.warn(WarnSettling, ns.Name, "node %s is settling: its reports have run unbroken for %s only (settle period %s); it takes no instance from another node until then",
-				ns.Name, r.Time.Sub(r.Since).Round(time.Second), settle)
+				ns.Name, heard.Sub(r.Since).Round(time.Second), settle)
+		case !rejoined.IsZero() && newest.Sub(rejoined) < settle:
+			ns.Settling = true
+			p.warn(WarnSettling, ns.Name, "node %s is settling: it came back to the gossip ring %s ago (settle period %s); it takes no instance from another node until then",
+				ns.Name, newest.Sub(rejoined).Round(time.Second), settle)
 		}
 		if r != nil {
 			ns.ReportTime = r.Time.UTC()

@@ -32,6 +32,30 @@ type Input struct {
 	// at all (an agent's warm-up after it starts: its peers may simply not
 	// have reported yet). Nodes with a report are judged by it.
 	PresumeAlive []string
+	// Gossip is the planning node's view of the gossip ring, when the
+	// cluster has one (spec.gossip); nil judges every node by the age of
+	// its report. See Liveness.
+	Gossip *Gossip
+}
+
+// Gossip is one node's view of the gossip ring, dated in the cluster
+// clock (Plan.ClusterTime's).
+type Gossip struct {
+	// Members are the inventory's nodes the ring has seen, by name.
+	Members map[string]Member
+}
+
+// Member is one node as the ring sees it.
+type Member struct {
+	// Alive is set while the node is alive or suspected: the failure
+	// detector's suspicion is the hysteresis that keeps a short hiccup
+	// from moving anything.
+	Alive bool
+	// Since is when it last became alive or dead in this view.
+	Since time.Time
+	// Rejoined is when it last came back after this view had it dead
+	// (zero if it never did): it is settling from then (SettlePeriod).
+	Rejoined time.Time
 }
 
 // Reasons an instance is where it is.
@@ -182,6 +206,8 @@ const (
 	WarnNoReports      = "no-reports"
 	WarnReportIgnored  = "report-ignored"
 	WarnNodeDead       = "node-dead"
+	WarnGossipMinority = "gossip-minority"
+	WarnGossipCutOff   = "gossip-cut-off"
 	WarnPresumedAlive  = "presumed-alive"
 	WarnSettling       = "settling"
 	WarnRefused        = "refused"

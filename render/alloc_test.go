@@ -225,3 +225,20 @@ func TestDerivationIgnoresFileOrder(t *testing.T) {
 		}
 	}
 }
+
+func TestGossipDefaults(t *testing.T) {
+	fsys := cluster([]string{"a"}, []string{"web"}, "")
+	m := mustRender(t, fsys)
+	if m.Cluster.Gossip != nil || m.Cluster.ReportInterval != render.DefaultReportInterval || m.Cluster.LivenessTTL != render.DefaultLivenessTTL {
+		t.Fatalf("without gossip: %+v", m.Cluster)
+	}
+	fsys["cluster.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: test}\nspec: {gossip: {port: 7946}}\n")}
+	m = mustRender(t, fsys)
+	if m.Cluster.Gossip == nil || m.Cluster.Gossip.Port != 7946 || m.Cluster.ReportInterval != render.DefaultGossipReportInterval || m.Cluster.LivenessTTL != render.DefaultGossipLivenessTTL {
+		t.Fatalf("with gossip: %+v", m.Cluster)
+	}
+	fsys["cluster.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: test}\nspec: {gossip: {port: 7946}, reportInterval: 5s, livenessTTL: 15s}\n")}
+	if m = mustRender(t, fsys); m.Cluster.ReportInterval != render.Duration(5e9) || m.Cluster.LivenessTTL != render.Duration(15e9) {
+		t.Fatalf("gossip with intervals set: %+v", m.Cluster)
+	}
+}

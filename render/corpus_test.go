@@ -1024,6 +1024,21 @@ spec:
 		want:  []corpusDiag{{"cluster.yaml", 9, 19, "spec.reportInterval", "11s is more than a third of livenessTTL 30s"}},
 	},
 	{
+		name:  "gossip without a port",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  gossip: {}\n"},
+		want:  []corpusDiag{{"cluster.yaml", 8, 11, "spec.gossip.port", "0 is not a port (1-65535)"}},
+	},
+	{
+		name:  "gossip port out of range",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  gossip:\n    port: 70000\n"},
+		want:  []corpusDiag{{"cluster.yaml", 9, 11, "spec.gossip.port", "70000 is not a port (1-65535)"}},
+	},
+	{
+		name:  "gossip with a reportInterval over a third of its livenessTTL",
+		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  gossip: {port: 7946}\n  reportInterval: 2m\n"},
+		want:  []corpusDiag{{"cluster.yaml", 9, 19, "spec.reportInterval", "2m0s is more than a third of livenessTTL 3m0s"}},
+	},
+	{
 		name:  "reportInterval more than a third of the default livenessTTL",
 		files: map[string]string{"cluster.yaml": corpusBase["cluster.yaml"] + "  reportInterval: 15s\n"},
 		want:  []corpusDiag{{"cluster.yaml", 8, 19, "spec.reportInterval", "15s is more than a third of livenessTTL 30s"}},

@@ -18,6 +18,11 @@ const (
 	DefaultPool            = "zroot"
 	DefaultLivenessTTL     = Duration(30e9)
 	DefaultReportInterval  = Duration(10e9)
+	// With gossip on, liveness comes from the ring: a report is pushed
+	// when its content changes and otherwise once a heartbeat interval,
+	// so that the repository alone still shows who is alive.
+	DefaultGossipLivenessTTL    = Duration(180e9)
+	DefaultGossipReportInterval = Duration(60e9)
 	DefaultReportRefPrefix = "refs/keel/reports/"
 	DefaultRestartPolicy   = "Always"
 	DefaultCPU             = CPU(1000)
@@ -70,6 +75,15 @@ type Cluster struct {
 	// MaxInstances caps the number of instances (Jails plus Service
 	// replicas) the repository may declare.
 	MaxInstances int `json:"maxInstances" yaml:"maxInstances"`
+	// Gossip, when set, turns the gossip ring on (docs/agent.md, "Gossip").
+	Gossip *Gossip `json:"gossip,omitempty" yaml:"gossip,omitempty"`
+}
+
+// Gossip is the cluster's gossip ring.
+type Gossip struct {
+	// Port is the UDP and TCP port every agent listens on, at its node's
+	// inventory address.
+	Port int `json:"port" yaml:"port"`
 }
 
 // AllocationSource says where a node subnet or a VIP came from.

@@ -252,6 +252,13 @@ func (r *renderer) buildCluster(m *Model) {
 	}
 	c.Bridge = cmp.Or(s.Bridge, c.Bridge)
 	c.Pool = cmp.Or(s.Pool, c.Pool)
+	if g := s.Gossip; g != nil {
+		c.Gossip = &Gossip{Port: g.Port}
+		if g.Port < 1 || g.Port > 65535 {
+			r.diag.errorf(d.at("spec.gossip.port"), "spec.gossip.port", "%d is not a port (1-65535): the gossip ring needs one", g.Port)
+		}
+		c.LivenessTTL, c.ReportInterval = DefaultGossipLivenessTTL, DefaultGossipReportInterval
+	}
 	c.LivenessTTL = cmp.Or(s.LivenessTTL, c.LivenessTTL)
 	c.ReportInterval = cmp.Or(s.ReportInterval, c.ReportInterval)
 	c.ReportRefPrefix = cmp.Or(s.ReportRefPrefix, c.ReportRefPrefix)

@@ -35,18 +35,23 @@ type clusterDoc struct {
 }
 
 type clusterInput struct {
-	PodCIDR         Prefix   `yaml:"podCIDR"`
-	ServiceCIDR     Prefix   `yaml:"serviceCIDR"`
-	Bridge          string   `yaml:"bridge"`
-	Pool            string   `yaml:"pool"`
-	LivenessTTL     Duration `yaml:"livenessTTL"`
-	ReportInterval  Duration `yaml:"reportInterval"`
-	ReportRefPrefix string   `yaml:"reportRefPrefix"`
-	ReportRepo      string   `yaml:"reportRepo"`
-	Suspend         bool     `yaml:"suspend"`
-	AllowEmpty      bool     `yaml:"allowEmpty"`
-	MinAgentVersion string   `yaml:"minAgentVersion"`
-	MaxInstances    int      `yaml:"maxInstances" default:"10000"`
+	PodCIDR         Prefix       `yaml:"podCIDR"`
+	ServiceCIDR     Prefix       `yaml:"serviceCIDR"`
+	Bridge          string       `yaml:"bridge"`
+	Pool            string       `yaml:"pool"`
+	LivenessTTL     Duration     `yaml:"livenessTTL"`
+	ReportInterval  Duration     `yaml:"reportInterval"`
+	ReportRefPrefix string       `yaml:"reportRefPrefix"`
+	ReportRepo      string       `yaml:"reportRepo"`
+	Suspend         bool         `yaml:"suspend"`
+	AllowEmpty      bool         `yaml:"allowEmpty"`
+	MinAgentVersion string       `yaml:"minAgentVersion"`
+	MaxInstances    int          `yaml:"maxInstances" default:"10000"`
+	Gossip          *gossipInput `yaml:"gossip"`
+}
+
+type gossipInput struct {
+	Port int `yaml:"port"`
 }
 
 type nodeDoc struct {

@@ -1,0 +1,240 @@
+package gossip
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var loopback = netip.MustParseAddr("127.0.0.1")
+
+// freePort returns a port free for both TCP and UDP on 127.0.0.1.
+func freePort(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", l.Addr().String())
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+var fast = Timing{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2,
+	GossipInterval: 50 * time.Millisecond, PushPullInterval: time.Second}
+
+func key(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+
+type testRing struct {
+	name string
+	port int
+	*Ring
+}
+
+// startRings starts one ring per name, each knowing the inventory names
+// (at their ports); keys gives each ring's keys (default key(1)).
+func startRings(t *testing.T, inventory []string, keys map[string][][]byte, start ...string) map[string]*testRing {
+	t.Helper()
+	ports := map[string]int{}
+	for _, n := range append(inventory, start...) {
+		if ports[n] == 0 {
+			ports[n] = freePort(t)
+		}
+	}
+	peers := map[string]netip.AddrPort{}
+	for _, n := range inventory {
+		peers[n] = netip.AddrPortFrom(loopback, uint16(ports[n]))
+	}
+	rings := map[string]*testRing{}
+	for _, n := range start {
+		k := keys[n]
+		if k == nil {
+			k = [][]byte{key(1)}
+		}
+		r, err := Start(Config{Node: n, Addr: loopback, Port: ports[n], Keys: k, Cluster: "test", Timing: fast})
+		if err != nil {
+			t.Fatalf("start %s: %v", n, err)
+		}
+		t.Cleanup(func() { r.Close() })
+		r.SetPeers(peers)
+		rings[n] = &testRing{name: n, port: ports[n], Ring: r}
+	}
+	return rings
+}
+
+// waitView polls until cond holds for r's view.
+func waitView(t *testing.T, r *testRing, what string, cond func(View) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for !cond(r.View()) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %s never held; view %+v", r.name, what, r.View())
+		case <-r.Changed():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func aliveSet(v View) string {
+	var names []string
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		if v.Members[n].Alive {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+func TestRingLivenessAndMeta(t *testing.T) {
+	rings := startRings(t, []string{"a", "b", "c"}, nil, "a", "b", "c")
+	for _, r := range rings {
+		waitView(t, r, "all alive", func(v View) bool { return aliveSet(v) == "a,b,c" })
+	}
+	// A change of report version reaches the others.
+	meta := Meta{Report: strings.Repeat("ab", 16), Tip: strings.Repeat("0123456789", 4)}
+	rings["a"].SetMeta(meta)
+	for _, n := range []string{"b", "c"} {
+		waitView(t, rings[n], "a's new meta", func(v View) bool { return v.Members["a"].HasMeta && v.Members["a"].Meta == meta })
+	}
+	// A node that vanishes (no leave message) is found dead.
+	rings["c"].closed.Do(func() {
+		if err := rings["c"].halt(); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, n := range []string{"a", "b"} {
+		waitView(t, rings[n], "c dead", func(v View) bool { m, ok := v.Members["c"]; return ok && !m.Alive })
+	}
+	if m := rings["a"].View().Members["c"]; m.Since.IsZero() || !m.Rejoined.IsZero() {
+		t.Errorf("c's death not dated, or dated as a return: %+v", m)
+	}
+}
+
+func TestRingComesBackAndIsDatedRejoined(t *testing.T) {
+	rings := startRings(t, []string{"a", "b", "c"}, nil, "a", "b", "c")
+	waitView(t, rings["a"], "all alive", func(v View) bool { return aliveSet(v) == "a,b,c" })
+	port := rings["c"].port
+	rings["c"].Close()
+	waitView(t, rings["a"], "c gone", func(v View) bool { return !v.Members["c"].Alive })
+	// c starts again on the same address: the rejoin loop (or its own
+	// join) brings it back, dated as a return.
+	peers := map[string]netip.AddrPort{}
+	for n, r := range rings {
+		peers[n] = netip.AddrPortFrom(loopback, uint16(r.port))
+	}
+	var c *Ring
+	var err error
+	for range 50 { // the old socket may linger for a moment
+		if c, err = Start(Config{Node: "c", Addr: loopback, Port: port, Keys: [][]byte{key(1)}, Cluster: "test", Timing: fast}); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetPeers(peers)
+	waitView(t, rings["a"], "c back", func(v View) bool { return v.Members["c"].Alive && !v.Members["c"].Rejoined.IsZero() })
+}
+
+func TestRingAdmitsOnlyTheInventoryWithTheKey(t *testing.T) {
+	// d holds another key; e holds the key but is not in the inventory
+	// (its own list says it is, and it knows where a is).
+	rings := startRings(t, []string{"a", "b", "d"}, map[string][][]byte{"d": {key(2)}}, "a", "b", "d", "e")
+	peers := map[string]netip.AddrPort{"a": netip.AddrPortFrom(loopback, uint16(rings["a"].port)), "e": netip.AddrPortFrom(loopback, uint16(rings["e"].port))}
+	rings["e"].SetPeers(peers)
+	waitView(t, rings["a"], "b alive", func(v View) bool { return v.Members["b"].Alive })
+	// Give d and e time to try (joins every rejoinEvery, gossip all along).
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range []string{"a", "b"} {
+			if got := aliveSet(rings[n].View()); got != "a,b" {
+				t.Fatalf("%s sees %q alive, want a,b only (d has the wrong key, e is not in the inventory)", n, got)
+			}
+		}
+		if got := aliveSet(rings["d"].View()); got != "d" {
+			t.Fatalf("d, with the wrong key, sees %q", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestRingKeyRotation(t *testing.T) {
+	// Mid-rotation: a encrypts with the new key and still accepts the old;
+	// b has not moved yet but was given the new key as a second one.
+	keys := map[string][][]byte{"a": {key(2), key(1)}, "b": {key(1), key(2)}}
+	rings := startRings(t, []string{"a", "b"}, keys, "a", "b")
+	for _, r := range rings {
+		waitView(t, r, "both alive", func(v View) bool { return aliveSet(v) == "a,b" })
+	}
+}
+
+func TestReadKeys(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	k1, k2 := base64.StdEncoding.EncodeToString(key(1)), base64.StdEncoding.EncodeToString(key(2)[:16])
+	keys, err := ReadKeys(write("ok", "# the ring's keys, the first encrypts\n"+k1+"\n\n"+k2+"\n"+k1+"\n"))
+	if err != nil || len(keys) != 2 || !bytes.Equal(keys[0], key(1)) || !bytes.Equal(keys[1], key(2)[:16]) {
+		t.Fatalf("ReadKeys = %d keys, %v", len(keys), err)
+	}
+	secret := base64.StdEncoding.EncodeToString([]byte("twenty-byte-secret!!"))
+	for name, data := range map[string]string{
+		"empty":   "# nothing\n",
+		"badsize": k1 + "\n" + secret + "\n",
+		"notb64":  "not base64 at all\n",
+	} {
+		_, err := ReadKeys(write(name, data))
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), k1) {
+			t.Errorf("%s: the error quotes a key: %v", name, err)
+		}
+	}
+	if _, err := ReadKeys(dir); err == nil {
+		t.Error("a directory was read as a key file")
+	}
+	if _, err := ReadKeys(write("huge", strings.Repeat("#", MaxKeyFile+1))); err == nil {
+		t.Error("an oversized key file was read")
+	}
+}
+
+func TestMetaParsing(t *testing.T) {
+	m := Meta{Report: strings.Repeat("0f", 16), Tip: strings.Repeat("a", 40)}
+	if got, ok := parseMeta(m.encode()); !ok || got != m {
+		t.Fatalf("round trip: %+v %v", got, ok)
+	}
+	if got, ok := parseMeta(Meta{}.encode()); !ok || got != (Meta{}) {
+		t.Fatalf("empty round trip: %+v %v", got, ok)
+	}
+	for _, bad := range []string{"", "keel2 - -", "keel1 - - extra", "keel1 XYZ -", "keel1 - ../../etc", "keel1 " + strings.Repeat("0F", 16) + " -"} {
+		if _, ok := parseMeta([]byte(bad)); ok {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
