@@ -37,7 +37,7 @@ func TestGossipLiveness(t *testing.T) {
 			warnings:  map[string][]string{WarnNodeDead: {"c"}},
 		},
 		{
-			name: "a node alive in the ring is alive however old its report (reports change only on news)",
+			name:      "a node alive in the ring is alive however old its report (reports change only on news)",
 			reports:   []report.Report{withSince(reportOf("a", secs(0)), -900), withSince(reportOf("b", secs(-3000)), -4000), withSince(reportOf("c", secs(-3000)), -4000)},
 			members:   map[string]Member{"a": up(-900), "b": up(-900), "c": up(-900)},
 			wantAlive: "a,b,c",

@@ -14,20 +14,20 @@ var (
 )
 
 const (
-	DefaultBridge          = "keel0"
-	DefaultPool            = "zroot"
-	DefaultLivenessTTL     = Duration(30e9)
-	DefaultReportInterval  = Duration(10e9)
+	DefaultBridge         = "keel0"
+	DefaultPool           = "zroot"
+	DefaultLivenessTTL    = Duration(30e9)
+	DefaultReportInterval = Duration(10e9)
 	// With gossip on, liveness comes from the ring: a report is pushed
 	// when its content changes and otherwise once a heartbeat interval,
 	// so that the repository alone still shows who is alive.
 	DefaultGossipLivenessTTL    = Duration(180e9)
 	DefaultGossipReportInterval = Duration(60e9)
-	DefaultReportRefPrefix = "refs/keel/reports/"
-	DefaultRestartPolicy   = "Always"
-	DefaultCPU             = CPU(1000)
-	DefaultMemory          = Bytes(512 << 20)
-	DefaultPath            = "/"
+	DefaultReportRefPrefix      = "refs/keel/reports/"
+	DefaultRestartPolicy        = "Always"
+	DefaultCPU                  = CPU(1000)
+	DefaultMemory               = Bytes(512 << 20)
+	DefaultPath                 = "/"
 	// DefaultMaxInstances is the cluster's instance cap when cluster.yaml
 	// sets none, and MaxInstancesLimit the largest cap it may set.
 	DefaultMaxInstances = 10000
