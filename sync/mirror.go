@@ -129,8 +129,8 @@ type Mirror struct {
 const maxCompactionBackoff = 40
 
 // A mirror compacts itself (NeedsCompaction) after compactEvery fetches or
-// publications (repeated depth-1 fetches grow the shallow file and leave
-// one pack per fetch; each publication leaves a few loose objects), and as
+// publications (each fetch leaves a pack; each publication leaves a few
+// loose objects; the shallow list no longer grows: trimShallow), and as
 // soon as its size on disk passes CompactBound of its size when last made
 // or compacted: a fetch keeps the packs of every tip it brought, refused
 // or not, so pushes of large files (unsigned ones, say) would otherwise
@@ -363,6 +363,34 @@ func (m *Mirror) fetch(ctx context.Context, specs []config.RefSpec, prune bool) 
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return fmt.Errorf("fetch %s: %w", Redacted(m.remote.URL), RedactURL(err))
+	}
+	return m.trimShallow()
+}
+
+// trimShallow keeps in the mirror's shallow list only the commits that
+// have parents. A depth-1 fetch makes the server call every commit it
+// sends shallow, the report and certificate commits too, and go-git adds
+// them all to the list and sends the whole list with every later fetch:
+// thousands of lines, hundreds of KB per request and seconds of server
+// CPU after a few dozen fetches at 150 nodes. A commit without parents
+// has no history to cut, so it never needs to be shallow; a commit the
+// mirror no longer holds has nothing to say either.
+func (m *Mirror) trimShallow() error {
+	list, err := m.repo.Storer.Shallow()
+	if err != nil || len(list) == 0 {
+		return err
+	}
+	keep := make([]plumbing.Hash, 0, 1)
+	for _, h := range list {
+		if c, err := m.Commit(h); err == nil && c.NumParents() > 0 {
+			keep = append(keep, h)
+		}
+	}
+	if len(keep) == len(list) {
+		return nil
+	}
+	if err := m.repo.Storer.SetShallow(keep); err != nil {
+		return fmt.Errorf("mirror %s: shallow list: %w", m.dir, err)
 	}
 	return nil
 }
