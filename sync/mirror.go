@@ -405,23 +405,15 @@ func (m *Mirror) trimShallow() error {
 // refused tip is in Refs.Refused), so that one bad ref never stops the
 // others from being read.
 func (m *Mirror) fetchAround(ctx context.Context) error {
-	remote, err := m.repo.Remote("origin")
+	listed, err := m.list(ctx)
 	if err != nil {
 		return err
 	}
-	listed, err := remote.ListContext(ctx, &git.ListOptions{Auth: m.auth})
-	if err != nil {
-		return fmt.Errorf("list %s: %w", Redacted(m.remote.URL), RedactURL(err))
-	}
-	branch := plumbing.NewBranchReferenceName(m.remote.Branch)
 	present := map[plumbing.ReferenceName]bool{}
 	var want []*plumbing.Reference
 	skipped := map[plumbing.ReferenceName]SkippedRef{}
 	for _, r := range listed {
 		name := r.Name()
-		if r.Type() != plumbing.HashReference || (name != branch || m.remote.Branch == "") && !m.peerRef(name) {
-			continue
-		}
 		present[name] = true
 		if s, ok := m.skipped[name]; ok && s.Hash == r.Hash() {
 			skipped[name] = s
@@ -429,39 +421,70 @@ func (m *Mirror) fetchAround(ctx context.Context) error {
 		}
 		want = append(want, r)
 	}
-	var fetchGroup func([]*plumbing.Reference) error
-	fetchGroup = func(group []*plumbing.Reference) error {
-		if len(group) == 0 {
-			return nil
-		}
-		specs := make([]config.RefSpec, len(group))
-		for i, r := range group {
-			specs[i] = config.RefSpec("+" + r.Name().String() + ":" + r.Name().String())
-		}
-		err := m.fetch(ctx, specs, false)
-		var tooLarge *ObjectTooLargeError
-		switch {
-		case err == nil:
-			return nil
-		case !errors.As(err, &tooLarge):
-			return err
-		case len(group) == 1:
-			skipped[group[0].Name()] = SkippedRef{Hash: group[0].Hash(), Reason: tooLarge.Reason}
-			return nil
-		}
-		half := len(group) / 2
-		if err := fetchGroup(group[:half]); err != nil {
-			return err
-		}
-		return fetchGroup(group[half:])
-	}
-	if err := fetchGroup(want); err != nil {
+	if err := m.fetchGroups(ctx, want, skipped); err != nil {
 		return err
 	}
 	m.skipped = skipped
-	// Prune by hand: report and certificate refs gone from the remote, and
-	// those left out (a report's old content would say the node is as it
-	// was; an old certificate would be served as if it were the newest).
+	return m.prune(present)
+}
+
+// list returns the refs of the remote the mirror keeps (the branch, the
+// reports and the certificates), from one advertisement.
+func (m *Mirror) list(ctx context.Context) ([]*plumbing.Reference, error) {
+	remote, err := m.repo.Remote("origin")
+	if err != nil {
+		return nil, err
+	}
+	listed, err := remote.ListContext(ctx, &git.ListOptions{Auth: m.auth})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", Redacted(m.remote.URL), RedactURL(err))
+	}
+	branch := plumbing.NewBranchReferenceName(m.remote.Branch)
+	var out []*plumbing.Reference
+	for _, r := range listed {
+		name := r.Name()
+		if r.Type() != plumbing.HashReference || (name != branch || m.remote.Branch == "") && !m.peerRef(name) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// fetchGroups fetches refs, each under its own name, leaving out those
+// whose objects break the fetch limits: it halves a refused group until
+// the refs to leave out are found, and records them in skipped.
+func (m *Mirror) fetchGroups(ctx context.Context, refs []*plumbing.Reference, skipped map[plumbing.ReferenceName]SkippedRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	specs := make([]config.RefSpec, len(refs))
+	for i, r := range refs {
+		specs[i] = config.RefSpec("+" + r.Name().String() + ":" + r.Name().String())
+	}
+	err := m.fetch(ctx, specs, false)
+	var tooLarge *ObjectTooLargeError
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &tooLarge):
+		return err
+	case len(refs) == 1:
+		skipped[refs[0].Name()] = SkippedRef{Hash: refs[0].Hash(), Reason: tooLarge.Reason}
+		return nil
+	}
+	half := len(refs) / 2
+	if err := m.fetchGroups(ctx, refs[:half], skipped); err != nil {
+		return err
+	}
+	return m.fetchGroups(ctx, refs[half:], skipped)
+}
+
+// prune deletes by hand the report and certificate refs gone from the
+// remote (those not in present), and those left out (m.skipped): a
+// report's old content would say the node is as it was; an old
+// certificate would be served as if it were the newest.
+func (m *Mirror) prune(present map[plumbing.ReferenceName]bool) error {
 	local, err := m.repo.References()
 	if err != nil {
 		return err
@@ -472,11 +495,74 @@ func (m *Mirror) fetchAround(ctx context.Context) error {
 		if !m.peerRef(name) {
 			return nil
 		}
-		if _, left := skipped[name]; present[name] && !left {
+		if _, left := m.skipped[name]; present[name] && !left {
 			return nil
 		}
 		return m.repo.Storer.RemoveReference(name)
 	})
+}
+
+// FetchChanged brings up to date only what changed, with the guarantees of
+// Fetch (the fetch limits, refs fetched around a refused one, the not-our-ref
+// retry, redacted errors): it lists the remote's refs once, fetches the
+// branch when its tip moved, and a report or certificate ref when it moved
+// and want (nil: every ref) says so, and deletes the refs gone from the
+// remote. A ref that moved but is not wanted keeps what the mirror had.
+// When nothing is to be fetched, the advertisement is the only request:
+// the agent calls it at every poll and at every change notice, wanting the
+// reports whose content changed.
+//
+// It returns the mirror's refs, as Fetch does.
+func (m *Mirror) FetchChanged(ctx context.Context, want func(ref plumbing.ReferenceName, remote plumbing.Hash) bool) (Refs, error) {
+	branch := plumbing.NewBranchReferenceName(m.remote.Branch)
+	for try := 1; ; try++ {
+		listed, err := m.list(ctx)
+		if err != nil {
+			return Refs{}, err
+		}
+		present := map[plumbing.ReferenceName]bool{}
+		var fetch []*plumbing.Reference
+		for _, r := range listed {
+			name := r.Name()
+			present[name] = true
+			if s, ok := m.skipped[name]; ok && s.Hash == r.Hash() {
+				continue // still refused at that hash
+			}
+			if local, err := m.repo.Storer.Reference(name); err == nil && local.Hash() == r.Hash() {
+				continue
+			}
+			if name != branch && want != nil && !want(name, r.Hash()) {
+				continue
+			}
+			fetch = append(fetch, r)
+		}
+		skipped := map[plumbing.ReferenceName]SkippedRef{}
+		for name, s := range m.skipped {
+			if present[name] {
+				skipped[name] = s
+			}
+		}
+		for _, r := range fetch {
+			delete(skipped, r.Name()) // tried again at its new hash
+		}
+		err = m.fetchGroups(ctx, fetch, skipped)
+		// A ref deleted between the listing and the fetch's own
+		// advertisement: list again.
+		if errors.Is(err, git.NoMatchingRefSpecError{}) && try < notOurRefTries && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return Refs{}, err
+		}
+		m.skipped = skipped
+		if err := m.prune(present); err != nil {
+			return Refs{}, err
+		}
+		if len(fetch) > 0 {
+			m.fetched()
+		}
+		return m.Refs()
+	}
 }
 
 // peerRef reports whether name is a ref the nodes publish: a report or a
