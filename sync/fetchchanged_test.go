@@ -2,6 +2,7 @@ package sync_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -39,6 +40,7 @@ func serveGit(t *testing.T, bare string) *gitHTTP {
 		t.Skipf("git --exec-path: %v", err)
 	}
 	backend := &cgi.Handler{Path: filepath.Join(strings.TrimSpace(string(out)), "git-http-backend"),
+		Stderr: io.Discard, // "not our ref" and the like, which the fetches retry
 		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(bare), "GIT_HTTP_EXPORT_ALL=1", "REMOTE_USER=keel",
 			"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1"}}
 	g := &gitHTTP{}

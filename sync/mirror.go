@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path"
@@ -343,8 +344,17 @@ func (m *Mirror) fetched() {
 }
 
 // notOurRefTries bounds the fetches of one Fetch that meet a ref moved
-// between the advertisement and the wants.
-const notOurRefTries = 3
+// between the advertisement and the wants. 50 nodes publishing and
+// fetching at once over smart HTTP met it on one fetch in six; a few
+// tries, spread by notOurRefPause, make three misses in a row rare.
+const notOurRefTries = 5
+
+// notOurRefPause is the pause before try number try (from 2): a random
+// time up to 100 ms times the tries made, so that fetchers that met the
+// same push do not advertise again in step with the next one.
+func notOurRefPause(try int) time.Duration {
+	return time.Duration(rand.Int64N(int64(100*time.Millisecond) * int64(try-1)))
+}
 
 func (m *Mirror) fetch(ctx context.Context, specs []config.RefSpec, prune bool) error {
 	var err error
@@ -360,6 +370,12 @@ func (m *Mirror) fetch(ctx context.Context, specs []config.RefSpec, prune bool) 
 		if err == nil || try == notOurRefTries || ctx.Err() != nil || !strings.Contains(err.Error(), "not our ref") {
 			break
 		}
+		t := time.NewTimer(notOurRefPause(try + 1))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return fmt.Errorf("fetch %s: %w", Redacted(m.remote.URL), RedactURL(err))
