@@ -34,7 +34,7 @@ FUZZRUNS  ?= 20000x
 export GIT_CONFIG_GLOBAL := /dev/null
 export GIT_CONFIG_NOSYSTEM := 1
 
-.PHONY: all build build-freebsd release print-version vet-freebsd test fuzz lint bench demo grafana clean FORCE
+.PHONY: all build build-freebsd release print-version vet-freebsd test fuzz lint bench bench-scale demo grafana clean FORCE
 
 all: lint build test
 
@@ -119,6 +119,19 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
+## bench-scale: N simulated nodes against one git http-backend on 127.0.0.1
+## (bench/scale; figures in docs/benchmarks.md "Nodes per git server"), in
+## gossip mode for every N of SCALE_NODES and in poll mode for SCALE_POLL_NODES;
+## rows are appended to bench-scale.md. About 3 minutes a run.
+SCALE_NODES      ?= 50 150 300 1000
+SCALE_POLL_NODES ?= 50 150
+SCALE_DURATION   ?= 150s
+bench-scale:
+	@for n in $(SCALE_NODES); do \
+		$(GO) run ./bench/scale -nodes $$n -mode gossip -duration $(SCALE_DURATION) -table bench-scale.md || exit 1; done
+	@for n in $(SCALE_POLL_NODES); do \
+		$(GO) run ./bench/scale -nodes $$n -mode poll -duration $(SCALE_DURATION) -table bench-scale.md || exit 1; done
+
 ## bench: every benchmark, printed as a table (figures go to docs/benchmarks.md).
 BENCHTIME ?= 5x
 bench:
@@ -139,4 +152,4 @@ grafana:
 	cd docs/grafana && $(GO) run ./gen keel.json
 
 clean:
-	rm -rf bin bench.out $(DIST)
+	rm -rf bin bench.out bench-scale.md $(DIST)

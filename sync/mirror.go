@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path"
@@ -129,8 +130,8 @@ type Mirror struct {
 const maxCompactionBackoff = 40
 
 // A mirror compacts itself (NeedsCompaction) after compactEvery fetches or
-// publications (repeated depth-1 fetches grow the shallow file and leave
-// one pack per fetch; each publication leaves a few loose objects), and as
+// publications (each fetch leaves a pack; each publication leaves a few
+// loose objects; the shallow list no longer grows: trimShallow), and as
 // soon as its size on disk passes CompactBound of its size when last made
 // or compacted: a fetch keeps the packs of every tip it brought, refused
 // or not, so pushes of large files (unsigned ones, say) would otherwise
@@ -343,8 +344,17 @@ func (m *Mirror) fetched() {
 }
 
 // notOurRefTries bounds the fetches of one Fetch that meet a ref moved
-// between the advertisement and the wants.
-const notOurRefTries = 3
+// between the advertisement and the wants. 50 nodes publishing and
+// fetching at once over smart HTTP met it on one fetch in six; a few
+// tries, spread by notOurRefPause, make three misses in a row rare.
+const notOurRefTries = 5
+
+// notOurRefPause is the pause before try number try (from 2): a random
+// time up to 100 ms times the tries made, so that fetchers that met the
+// same push do not advertise again in step with the next one.
+func notOurRefPause(try int) time.Duration {
+	return time.Duration(rand.Int64N(int64(100*time.Millisecond) * int64(try-1)))
+}
 
 func (m *Mirror) fetch(ctx context.Context, specs []config.RefSpec, prune bool) error {
 	var err error
@@ -360,9 +370,43 @@ func (m *Mirror) fetch(ctx context.Context, specs []config.RefSpec, prune bool) 
 		if err == nil || try == notOurRefTries || ctx.Err() != nil || !strings.Contains(err.Error(), "not our ref") {
 			break
 		}
+		t := time.NewTimer(notOurRefPause(try + 1))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return fmt.Errorf("fetch %s: %w", Redacted(m.remote.URL), RedactURL(err))
+	}
+	return m.trimShallow()
+}
+
+// trimShallow keeps in the mirror's shallow list only the commits that
+// have parents. A depth-1 fetch makes the server call every commit it
+// sends shallow, the report and certificate commits too, and go-git adds
+// them all to the list and sends the whole list with every later fetch:
+// thousands of lines, hundreds of KB per request and seconds of server
+// CPU after a few dozen fetches at 150 nodes. A commit without parents
+// has no history to cut, so it never needs to be shallow; a commit the
+// mirror no longer holds has nothing to say either.
+func (m *Mirror) trimShallow() error {
+	list, err := m.repo.Storer.Shallow()
+	if err != nil || len(list) == 0 {
+		return err
+	}
+	keep := make([]plumbing.Hash, 0, 1)
+	for _, h := range list {
+		if c, err := m.Commit(h); err == nil && c.NumParents() > 0 {
+			keep = append(keep, h)
+		}
+	}
+	if len(keep) == len(list) {
+		return nil
+	}
+	if err := m.repo.Storer.SetShallow(keep); err != nil {
+		return fmt.Errorf("mirror %s: shallow list: %w", m.dir, err)
 	}
 	return nil
 }
@@ -377,23 +421,15 @@ func (m *Mirror) fetch(ctx context.Context, specs []config.RefSpec, prune bool) 
 // refused tip is in Refs.Refused), so that one bad ref never stops the
 // others from being read.
 func (m *Mirror) fetchAround(ctx context.Context) error {
-	remote, err := m.repo.Remote("origin")
+	listed, err := m.list(ctx)
 	if err != nil {
 		return err
 	}
-	listed, err := remote.ListContext(ctx, &git.ListOptions{Auth: m.auth})
-	if err != nil {
-		return fmt.Errorf("list %s: %w", Redacted(m.remote.URL), RedactURL(err))
-	}
-	branch := plumbing.NewBranchReferenceName(m.remote.Branch)
 	present := map[plumbing.ReferenceName]bool{}
 	var want []*plumbing.Reference
 	skipped := map[plumbing.ReferenceName]SkippedRef{}
 	for _, r := range listed {
 		name := r.Name()
-		if r.Type() != plumbing.HashReference || (name != branch || m.remote.Branch == "") && !m.peerRef(name) {
-			continue
-		}
 		present[name] = true
 		if s, ok := m.skipped[name]; ok && s.Hash == r.Hash() {
 			skipped[name] = s
@@ -401,39 +437,70 @@ func (m *Mirror) fetchAround(ctx context.Context) error {
 		}
 		want = append(want, r)
 	}
-	var fetchGroup func([]*plumbing.Reference) error
-	fetchGroup = func(group []*plumbing.Reference) error {
-		if len(group) == 0 {
-			return nil
-		}
-		specs := make([]config.RefSpec, len(group))
-		for i, r := range group {
-			specs[i] = config.RefSpec("+" + r.Name().String() + ":" + r.Name().String())
-		}
-		err := m.fetch(ctx, specs, false)
-		var tooLarge *ObjectTooLargeError
-		switch {
-		case err == nil:
-			return nil
-		case !errors.As(err, &tooLarge):
-			return err
-		case len(group) == 1:
-			skipped[group[0].Name()] = SkippedRef{Hash: group[0].Hash(), Reason: tooLarge.Reason}
-			return nil
-		}
-		half := len(group) / 2
-		if err := fetchGroup(group[:half]); err != nil {
-			return err
-		}
-		return fetchGroup(group[half:])
-	}
-	if err := fetchGroup(want); err != nil {
+	if err := m.fetchGroups(ctx, want, skipped); err != nil {
 		return err
 	}
 	m.skipped = skipped
-	// Prune by hand: report and certificate refs gone from the remote, and
-	// those left out (a report's old content would say the node is as it
-	// was; an old certificate would be served as if it were the newest).
+	return m.prune(present)
+}
+
+// list returns the refs of the remote the mirror keeps (the branch, the
+// reports and the certificates), from one advertisement.
+func (m *Mirror) list(ctx context.Context) ([]*plumbing.Reference, error) {
+	remote, err := m.repo.Remote("origin")
+	if err != nil {
+		return nil, err
+	}
+	listed, err := remote.ListContext(ctx, &git.ListOptions{Auth: m.auth})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", Redacted(m.remote.URL), RedactURL(err))
+	}
+	branch := plumbing.NewBranchReferenceName(m.remote.Branch)
+	var out []*plumbing.Reference
+	for _, r := range listed {
+		name := r.Name()
+		if r.Type() != plumbing.HashReference || (name != branch || m.remote.Branch == "") && !m.peerRef(name) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// fetchGroups fetches refs, each under its own name, leaving out those
+// whose objects break the fetch limits: it halves a refused group until
+// the refs to leave out are found, and records them in skipped.
+func (m *Mirror) fetchGroups(ctx context.Context, refs []*plumbing.Reference, skipped map[plumbing.ReferenceName]SkippedRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	specs := make([]config.RefSpec, len(refs))
+	for i, r := range refs {
+		specs[i] = config.RefSpec("+" + r.Name().String() + ":" + r.Name().String())
+	}
+	err := m.fetch(ctx, specs, false)
+	var tooLarge *ObjectTooLargeError
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &tooLarge):
+		return err
+	case len(refs) == 1:
+		skipped[refs[0].Name()] = SkippedRef{Hash: refs[0].Hash(), Reason: tooLarge.Reason}
+		return nil
+	}
+	half := len(refs) / 2
+	if err := m.fetchGroups(ctx, refs[:half], skipped); err != nil {
+		return err
+	}
+	return m.fetchGroups(ctx, refs[half:], skipped)
+}
+
+// prune deletes by hand the report and certificate refs gone from the
+// remote (those not in present), and those left out (m.skipped): a
+// report's old content would say the node is as it was; an old
+// certificate would be served as if it were the newest.
+func (m *Mirror) prune(present map[plumbing.ReferenceName]bool) error {
 	local, err := m.repo.References()
 	if err != nil {
 		return err
@@ -444,11 +511,74 @@ func (m *Mirror) fetchAround(ctx context.Context) error {
 		if !m.peerRef(name) {
 			return nil
 		}
-		if _, left := skipped[name]; present[name] && !left {
+		if _, left := m.skipped[name]; present[name] && !left {
 			return nil
 		}
 		return m.repo.Storer.RemoveReference(name)
 	})
+}
+
+// FetchChanged brings up to date only what changed, with the guarantees of
+// Fetch (the fetch limits, refs fetched around a refused one, the not-our-ref
+// retry, redacted errors): it lists the remote's refs once, fetches the
+// branch when its tip moved, and a report or certificate ref when it moved
+// and want (nil: every ref) says so, and deletes the refs gone from the
+// remote. A ref that moved but is not wanted keeps what the mirror had.
+// When nothing is to be fetched, the advertisement is the only request:
+// the agent calls it at every poll and at every change notice, wanting the
+// reports whose content changed.
+//
+// It returns the mirror's refs, as Fetch does.
+func (m *Mirror) FetchChanged(ctx context.Context, want func(ref plumbing.ReferenceName, remote plumbing.Hash) bool) (Refs, error) {
+	branch := plumbing.NewBranchReferenceName(m.remote.Branch)
+	for try := 1; ; try++ {
+		listed, err := m.list(ctx)
+		if err != nil {
+			return Refs{}, err
+		}
+		present := map[plumbing.ReferenceName]bool{}
+		var fetch []*plumbing.Reference
+		for _, r := range listed {
+			name := r.Name()
+			present[name] = true
+			if s, ok := m.skipped[name]; ok && s.Hash == r.Hash() {
+				continue // still refused at that hash
+			}
+			if local, err := m.repo.Storer.Reference(name); err == nil && local.Hash() == r.Hash() {
+				continue
+			}
+			if name != branch && want != nil && !want(name, r.Hash()) {
+				continue
+			}
+			fetch = append(fetch, r)
+		}
+		skipped := map[plumbing.ReferenceName]SkippedRef{}
+		for name, s := range m.skipped {
+			if present[name] {
+				skipped[name] = s
+			}
+		}
+		for _, r := range fetch {
+			delete(skipped, r.Name()) // tried again at its new hash
+		}
+		err = m.fetchGroups(ctx, fetch, skipped)
+		// A ref deleted between the listing and the fetch's own
+		// advertisement: list again.
+		if errors.Is(err, git.NoMatchingRefSpecError{}) && try < notOurRefTries && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return Refs{}, err
+		}
+		m.skipped = skipped
+		if err := m.prune(present); err != nil {
+			return Refs{}, err
+		}
+		if len(fetch) > 0 {
+			m.fetched()
+		}
+		return m.Refs()
+	}
 }
 
 // peerRef reports whether name is a ref the nodes publish: a report or a
