@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/keel-dev/keel/gossip"
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/proxy"
 	"github.com/keel-dev/keel/planner"
@@ -80,6 +81,11 @@ type Options struct {
 	// Forge, when set, posts this node's deploy status on the commits it
 	// applies or refuses (docs/forge.md).
 	Forge *ForgeOptions
+	// GossipKeyFile holds the gossip ring's keys (gossip.ReadKeys): needed
+	// when cluster.yaml turns gossip on (docs/agent.md, "Gossip").
+	GossipKeyFile string
+	// GossipTiming overrides the failure detector's timing (tests).
+	GossipTiming gossip.Timing
 }
 
 // Trust is the node-local configuration of commit verification.
@@ -129,6 +135,7 @@ type Agent struct {
 	ing     *ingressState // nil without Options.Ingress
 	forge   *forgeWorker  // nil without Options.Forge
 	forgeM  *forgeMetrics
+	ring    *ringKeeper
 
 	// Owned by the loop goroutine.
 	applied     *appliedCommit
@@ -232,6 +239,7 @@ func New(opts Options) (*Agent, error) {
 		restarted: map[string]int{},
 	}
 	a.metrics.NodeInfo.WithLabelValues(opts.Node, opts.Version).Set(1)
+	a.ring = newRingKeeper(a.opts, a.log, a.metrics)
 	if opts.Forge != nil {
 		a.forgeM = newForgeMetrics(opts.Registry)
 	}
@@ -329,8 +337,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		cancelGit()
 		<-a.git.done
 	}()
-	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit())
+	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit(), a.ring.announceReport)
 	defer a.pub.close()
+	// The ring is left after the publisher and the git worker stop (the
+	// defers run in reverse): they announce through it.
+	defer a.ring.close()
+	if a.applied != nil {
+		a.ring.apply(a.applied.model, a.leaving())
+	}
 	if a.opts.Forge != nil {
 		a.forge = newForgeWorker(*a.opts.Forge, a.log, a.forgeM)
 		defer a.forge.close()
@@ -365,8 +379,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer a.checks.close()
 	}
 
-	poll := time.NewTicker(a.opts.Poll)
+	pollEvery := a.pollInterval()
+	poll := time.NewTicker(pollEvery)
 	defer poll.Stop()
+	// ringSettle gathers the ring's changes for a moment (a deploy changes
+	// many reports within a second) before they are acted on.
+	ringSettle := time.NewTimer(time.Hour)
+	ringSettle.Stop()
+	defer ringSettle.Stop()
+	ringPending := false
 	a.settle = time.NewTimer(time.Hour)
 	a.settle.Stop()
 	defer a.settle.Stop()
@@ -383,10 +404,30 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.git.fetch()
 		case <-a.trigger:
 			a.git.fetch()
+		case <-a.ring.changed:
+			if !ringPending {
+				ringPending = true
+				ringSettle.Reset(ringGather)
+			}
+		case <-ringSettle.C:
+			// A member died, came back or announced a new report or tip:
+			// plan with it now, and fetch what it announced.
+			ringPending = false
+			a.pass(ctx)
+			reconcile.Reset(a.opts.Reconcile)
+			a.git.noticed(a.ring)
+			if d := a.pollInterval(); d != pollEvery {
+				pollEvery = d
+				poll.Reset(d)
+			}
 		case res := <-a.git.fetched:
 			if a.onFetch(res) {
 				a.pass(ctx)
 				reconcile.Reset(a.opts.Reconcile)
+			}
+			if d := a.pollInterval(); d != pollEvery {
+				pollEvery = d
+				poll.Reset(d)
 			}
 		case <-reconcile.C:
 			a.pass(ctx)
@@ -559,6 +600,7 @@ func (a *Agent) accept(res fetchResult) error {
 	}
 	a.cluster = res.model.Cluster
 	a.setReportKeys(res.model)
+	a.ring.apply(res.model, a.leaving())
 	a.reportPrefix.Store(&a.cluster.ReportRefPrefix)
 	a.metrics.Commit.Reset()
 	a.metrics.Commit.WithLabelValues(res.commit).Set(1)
@@ -645,8 +687,12 @@ func (a *Agent) pass(ctx context.Context) {
 	own := a.ownReport(ctx, planAt)
 	keepUp(&own, a.peers, now.Add(planner.MaxClockLead(m)))
 	reports := append(slices.Clone(a.peers), own)
+	if m.Cluster.Gossip != nil && !a.ring.on() {
+		a.ring.apply(m, a.leaving()) // a start that failed, tried again after retryStart
+	}
+	ring, _ := a.ring.view(a.reportTime(now).Sub(now))
 	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: planAt,
-		PresumeAlive: a.warmingUp(m, planAt)})
+		PresumeAlive: a.warmingUp(m, planAt), Gossip: ring})
 	a.plan = plan
 	a.metrics.Plan.Reset()
 	a.metrics.Plan.WithLabelValues(plan.PlanID).Set(1)
@@ -847,14 +893,10 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID
 	}
-	t, c := r.Time, r.Clock
-	r.Time, r.Clock = time.Time{}, time.Time{}
-	content := string(r.Marshal())
-	r.Time, r.Clock = t, c
-	interval := time.Duration(a.cluster.ReportInterval)
-	if interval == 0 {
-		interval = time.Duration(render.DefaultReportInterval)
-	}
+	// The content leaves out the report's times: Since moves with Time
+	// (the publisher sets it), so counting it would push at every pass.
+	content := report.ContentDigest(r)
+	interval := heartbeat(a.cluster, a.ring.on() && a.gossipMinority())
 	due := now.Sub(a.lastPublish.at) >= interval
 	if content == a.lastPublish.content && !due {
 		a.heldSince = time.Time{}
@@ -879,6 +921,34 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	}
 	a.pub.publish(publication{report: r, builtAt: now, prefix: prefix, reportRepo: a.cluster.ReportRepo, interval: interval,
 		ttl: time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL))})
+}
+
+// ringGather is how long the loop gathers the ring's changes before it
+// plans and fetches with them.
+const ringGather = 200 * time.Millisecond
+
+// pollInterval is the interval between two fetches: Options.Poll, or,
+// in a gossip ring, at least the report interval: the ring says when a
+// peer's report or the spec tip changed, and the poll is only the safety
+// net (and brings the reports of the nodes the ring does not vouch for).
+//
+// A node that sees no majority of the ring alive (it may be the one cut
+// off) polls at Options.Poll: it judges the others by their reports.
+func (a *Agent) pollInterval() time.Duration {
+	if a.cluster.Gossip != nil && a.ring.on() && !a.gossipMinority() {
+		return max(a.opts.Poll, time.Duration(a.cluster.ReportInterval))
+	}
+	return a.opts.Poll
+}
+
+// gossipMinority reports whether the last plan found this node's view of
+// the ring short of a majority (planner.WarnGossipMinority).
+func (a *Agent) gossipMinority() bool {
+	return a.plan != nil && hasWarning(a.plan, planner.WarnGossipMinority)
+}
+
+func hasWarning(p *planner.Plan, code string) bool {
+	return slices.ContainsFunc(p.Warnings, func(w planner.Warning) bool { return w.Code == code })
 }
 
 // loopStallLimit is how long the loop may go without a pass before

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"strings"
 	gosync "sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/keel-dev/keel/gossip"
 	"github.com/keel-dev/keel/providers"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
@@ -77,6 +79,13 @@ type gitWorker struct {
 	lastCertKeys sync.ReportKeys // and its keys
 	// opened caches the shared certificates opened, by commit.
 	opened map[string]*providers.Bundle
+	// With a gossip ring: digests is the content version
+	// (report.ContentDigest) of each node's report last read, tips the
+	// spec tips fetched, and fetchedAt when the last fetch began. The
+	// worker writes them; noticed reads them, under mu.
+	digests   map[string]string
+	tips      map[string]bool
+	fetchedAt time.Time
 
 	done chan struct{} // closed when run returns
 }
@@ -88,7 +97,7 @@ func newGitWorker(ctx context.Context, a *Agent) (*gitWorker, error) {
 		opts: a.opts, log: a.log, agent: a,
 		fetched: make(chan fetchResult),
 		wake:    make(chan struct{}, 1), cluster: a.cluster, done: make(chan struct{}),
-		opened: map[string]*providers.Bundle{},
+		opened: map[string]*providers.Bundle{}, digests: map[string]string{}, tips: map[string]bool{},
 	}
 	go func() {
 		defer close(w.done)
@@ -109,6 +118,55 @@ func (w *gitWorker) fetch() {
 	}
 	w.mu.Unlock()
 	w.poke()
+}
+
+// noticed asks for a fetch when the ring announces what this node does
+// not have: a peer's report content it has not read, a spec tip it has
+// not fetched, or a member that died or came back since the last fetch
+// began (a node cut off from the ring may still push its reports). Called
+// by the loop.
+func (w *gitWorker) noticed(k *ringKeeper) {
+	v, on := k.members()
+	if !on || w.stale(v) {
+		w.fetch()
+	}
+}
+
+func (w *gitWorker) stale(v gossip.View) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for name, m := range v.Members {
+		if name == w.opts.Node {
+			continue
+		}
+		switch {
+		case m.Since.After(w.fetchedAt):
+			return true
+		case m.Alive && m.HasMeta && m.Meta.Report != "" && m.Meta.Report != w.digests[name]:
+			return true
+		case m.HasMeta && m.Meta.Tip != "" && !w.tips[m.Meta.Tip]:
+			return true
+		}
+	}
+	return false
+}
+
+// wants returns, with a ring, which refs a fetch asks for: the branch
+// (always, when it moved), the certificates, and the report of every node
+// the ring does not vouch for, alive with the content this node has read:
+// a heartbeat of a node alive in the ring is not fetched.
+func (w *gitWorker) wants(v gossip.View, prefix string) func(plumbing.ReferenceName, plumbing.Hash) bool {
+	w.mu.Lock()
+	digests := maps.Clone(w.digests)
+	w.mu.Unlock()
+	return func(ref plumbing.ReferenceName, _ plumbing.Hash) bool {
+		node, ok := strings.CutPrefix(ref.String(), prefix)
+		if !ok {
+			return true
+		}
+		m, known := v.Members[node]
+		return !known || !m.Alive || !m.HasMeta || m.Meta.Report == "" || m.Meta.Report != digests[node]
+	}
 }
 
 func (w *gitWorker) poke() {
@@ -162,11 +220,18 @@ func (w *gitWorker) run(ctx context.Context) {
 			continue
 		}
 		start, started := time.Now(), w.opts.Now()
+		// With a ring, only what changed is fetched (see wants); the
+		// members' view is taken before the fetch begins, so that what
+		// changes during it is fetched next time.
+		var want func(plumbing.ReferenceName, plumbing.Hash) bool
+		if view, on := w.agent.ring.members(); on && cluster.Gossip != nil && !first {
+			want = w.wants(view, prefix)
+		}
 		// A fetch under way is finished (bounded by its timeout) rather
 		// than cancelled at shutdown: go-git cannot always abandon a fetch
 		// from a local repository (it kills git-upload-pack, then waits for
 		// its children, which wait for it).
-		res := w.fetchOnce(context.WithoutCancel(ctx), &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys, model)
+		res := w.fetchOnce(context.WithoutCancel(ctx), &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys, model, want)
 		res.took, res.started, res.startedAt = time.Since(start), started, start
 		if res.err != nil {
 			notBefore = time.Now().Add(retry.NextBackOff())
@@ -174,6 +239,7 @@ func (w *gitWorker) run(ctx context.Context) {
 			retry.Reset()
 			notBefore = time.Time{}
 			first = false
+			w.fetchedWith(res, started)
 		}
 		select {
 		case w.fetched <- res:
@@ -215,13 +281,46 @@ func (w *gitWorker) open(ctx context.Context, m **sync.Mirror, dir string, remot
 	return nil
 }
 
-func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, prev, prevReports *sync.Refs, first bool, applied string, keys sync.ReportKeys, model *render.Model) fetchResult {
+// fetchedWith records what a fetch that began at started brought, for
+// noticed and wants, and announces the spec tip to the ring.
+func (w *gitWorker) fetchedWith(res fetchResult, started time.Time) {
+	w.mu.Lock()
+	w.fetchedAt = started
+	if res.commit != "" {
+		if len(w.tips) >= maxTips {
+			clear(w.tips)
+		}
+		w.tips[res.commit] = true
+	}
+	if res.changedReports {
+		clear(w.digests)
+		for _, r := range res.reports {
+			w.digests[r.Node] = report.ContentDigest(r)
+		}
+	}
+	w.mu.Unlock()
+	if res.commit != "" {
+		w.agent.ring.announceTip(res.commit)
+	}
+}
+
+// maxTips bounds the spec tips remembered as fetched.
+const maxTips = 64
+
+func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, reportRepo, prefix string, prev, prevReports *sync.Refs, first bool, applied string, keys sync.ReportKeys, model *render.Model,
+	want func(plumbing.ReferenceName, plumbing.Hash) bool) fetchResult {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.GitTimeout)
 	defer cancel()
+	fetch := func(m *sync.Mirror) (sync.Refs, error) {
+		if want != nil {
+			return m.FetchChanged(ctx, want)
+		}
+		return m.Fetch(ctx)
+	}
 	if err := w.open(ctx, spec, "repo", w.opts.Remote, prefix); err != nil {
 		return fetchResult{err: err, stage: "fetch"}
 	}
-	refs, err := (*spec).Fetch(ctx)
+	refs, err := fetch(*spec)
 	if err != nil {
 		return fetchResult{err: err, stage: "fetch"}
 	}
@@ -244,7 +343,7 @@ func (w *gitWorker) fetchOnce(ctx context.Context, spec, reports **sync.Mirror, 
 		if err := w.open(ctx, reports, "reports", remote, prefix); err != nil {
 			return fetchResult{err: err, stage: "fetch"}
 		}
-		if reportRefs, err = (*reports).Fetch(ctx); err != nil {
+		if reportRefs, err = fetch(*reports); err != nil {
 			return fetchResult{err: err, stage: "fetch"}
 		}
 		src = *reports

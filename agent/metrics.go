@@ -36,6 +36,9 @@ type Metrics struct {
 	Unschedulable    prometheus.Gauge
 	ServiceReplicas  *prometheus.GaugeVec
 	ServiceEndpoints *prometheus.GaugeVec
+	// GossipMembers counts the inventory's nodes this node's gossip ring
+	// sees, by state (alive, dead).
+	GossipMembers *prometheus.GaugeVec
 }
 
 // NewMetrics registers the agent's metrics, and the Go and process
@@ -49,6 +52,9 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Name: "keel_sync_duration_seconds", Help: "Time to fetch the cluster repository and read its new commit and reports.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
+		GossipMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_gossip_members", Help: "Nodes of the inventory this node's gossip ring has seen, by state (alive: alive or suspected; dead).",
+		}, []string{"state"}),
 		SyncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keel_sync_errors_total", Help: "Failed syncs, by reason (fetch, read, publish).",
 		}, []string{"reason"}),
@@ -110,7 +116,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	}
 	reg.MustRegister(m.NodeInfo, m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
 		m.ReconcileDuration, m.ReconcileErrors, m.InstancesWaiting, m.InstanceOperations, m.Instances, m.InstanceInfo, m.InstanceRestarts,
-		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems, m.Unschedulable, m.ServiceReplicas, m.ServiceEndpoints,
+		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems, m.Unschedulable, m.ServiceReplicas, m.ServiceEndpoints, m.GossipMembers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"fetch", "read", "publish"} {
 		m.SyncErrors.WithLabelValues(r)

@@ -62,18 +62,23 @@ type publisher struct {
 	// unbroken run the peers see (zero before the first push).
 	pushedRun struct{ since, at time.Time }
 
+	// announce, when set, tells the gossip ring the content version of a
+	// report just pushed whose content changed (report.ContentDigest), so
+	// that the peers fetch it now; a heartbeat is not announced.
+	announce func(digest string)
+
 	cancel context.CancelFunc
 	wg     gosync.WaitGroup
 }
 
-func newPublisher(opts Options, log *slog.Logger, metrics *Metrics, staleAfter time.Duration) *publisher {
+func newPublisher(opts Options, log *slog.Logger, metrics *Metrics, staleAfter time.Duration, announce func(digest string)) *publisher {
 	remote := opts.Remote
 	remote.Branch, remote.FullHistory = "", false // it only ever pushes report refs
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &publisher{
 		node: opts.Node, stateDir: opts.StateDir, remote: remote, timeout: opts.GitTimeout,
 		signer: opts.ReportSigner, now: opts.Now, log: log, metrics: metrics, staleAfter: staleAfter,
-		wake: make(chan struct{}, 1), cancel: cancel,
+		wake: make(chan struct{}, 1), cancel: cancel, announce: announce,
 	}
 	p.wg.Add(1)
 	go func() {
@@ -128,9 +133,10 @@ func (p *publisher) run(ctx context.Context) {
 		// report pushed. A gap of more than livenessTTL between two
 		// pushes (peers may have held the node dead meanwhile) starts a
 		// new run, as does the agent's start.
-		run    struct{ since, last time.Time }
-		failed bool
-		stale  bool // the heartbeat stopped: the loop has not handed a report for staleAfter
+		run       struct{ since, last time.Time }
+		announced string // the content version last announced
+		failed    bool
+		stale     bool // the heartbeat stopped: the loop has not handed a report for staleAfter
 	)
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 500 * time.Millisecond
@@ -205,6 +211,10 @@ func (p *publisher) run(ctx context.Context) {
 		p.mu.Unlock()
 		retry.Reset()
 		p.metrics.ReportPushes.Inc()
+		if d := report.ContentDigest(r); d != announced && p.announce != nil {
+			announced = d
+			p.announce(d)
+		}
 		timer.Reset(last.interval)
 	}
 }

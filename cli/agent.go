@@ -22,6 +22,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/agent"
+	"github.com/keel-dev/keel/gossip"
 	"github.com/keel-dev/keel/internal/netlimit"
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/fake"
@@ -75,6 +76,7 @@ stops the agent cleanly. See docs/agent.md.`,
 	noWatch := f.Bool("no-watch", false, "do not watch a local repository for changes (poll only)")
 	verify := f.Bool("verify-signatures", false, "apply only commits signed by a key of --allowed-signers that descend from the last applied commit")
 	allowedSigners := f.String("allowed-signers", "", "OpenSSH allowed_signers file of the keys that may sign deployable commits (with --verify-signatures)")
+	gossipKey := f.String("gossip-key", "", "file with the gossip ring's keys, one base64 key per line, the first encrypts (needed when cluster.yaml sets spec.gossip; docs/agent.md#gossip)")
 	reportKey := f.String("report-key", "", "this node's private SSH key that signs its reports (its public half is spec.reportKey in nodes/<name>.yaml)")
 	pgpKeyring := f.String("pgp-keyring", "", "ASCII-armored OpenPGP public keyring of the keys that may sign deployable commits (with --verify-signatures)")
 	allowRewind := f.Bool("allow-rewind", false, "with --verify-signatures, also accept a tip that does not descend from the last applied commit")
@@ -191,6 +193,16 @@ stops the agent cleanly. See docs/agent.md.`,
 				return fmt.Errorf("--report-key: %w", err)
 			}
 		}
+		if *gossipKey != "" {
+			// Read once now, so that a bad key file stops the agent at
+			// once rather than when a commit turns gossip on.
+			if _, err := gossip.ReadKeys(*gossipKey); err != nil {
+				return fmt.Errorf("--gossip-key: %w", err)
+			}
+			if *gossipKey, err = filepath.Abs(*gossipKey); err != nil {
+				return err
+			}
+		}
 		ingressOpts, err := ing.options(f, *reportKey)
 		if err != nil {
 			return err
@@ -205,7 +217,7 @@ stops the agent cleanly. See docs/agent.md.`,
 			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
 			Remote: remote,
 			Poll:   *poll, Reconcile: *reconcile, StopGrace: *stopGrace, DisableWatch: *noWatch, Trust: trust, ReportSigner: reportSigner,
-			ProxyLimits: proxyLim, MaxParallelOps: *maxParallelOps,
+			ProxyLimits: proxyLim, MaxParallelOps: *maxParallelOps, GossipKeyFile: *gossipKey,
 		})
 		if err != nil {
 			return err

@@ -57,6 +57,9 @@ type Config struct {
 	// Now is the clock the members' transitions are dated by (time.Now
 	// when nil).
 	Now func() time.Time
+	// Meta is what the node announces from the start (a ring started
+	// again keeps announcing what the last one did).
+	Meta Meta
 }
 
 // Timing is the failure detector's timing: memberlist's LAN defaults are
@@ -161,6 +164,7 @@ type Ring struct {
 
 	changed chan struct{}
 	rejoin  chan struct{}
+	update  chan struct{}
 	stop    chan struct{}
 	wg      gosync.WaitGroup
 	closed  gosync.Once
@@ -236,7 +240,7 @@ func Start(cfg Config) (*Ring, error) {
 	r := &Ring{
 		cfg: cfg, log: cfg.Logger.With("component", "gossip"),
 		peers: map[string]netip.AddrPort{}, members: map[string]Member{},
-		changed: make(chan struct{}, 1), rejoin: make(chan struct{}, 1), stop: make(chan struct{}),
+		changed: make(chan struct{}, 1), rejoin: make(chan struct{}, 1), update: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	keyring, err := memberlist.NewKeyring(cfg.Keys, cfg.Keys[0])
 	if err != nil {
@@ -274,15 +278,20 @@ func Start(cfg Config) (*Ring, error) {
 	// check must let it in before SetPeers is first called.
 	r.peers[cfg.Node] = netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port))
 	r.started = cfg.Now()
+	r.meta = cfg.Meta
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("gossip on %s: %w", netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port)), err)
 	}
 	r.ml = ml
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
 		r.joinLoop()
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.updateLoop()
 	}()
 	return r, nil
 }
@@ -308,19 +317,47 @@ func (r *Ring) SetPeers(peers map[string]netip.AddrPort) {
 	}
 }
 
-// SetMeta announces this node's report version and spec tip; a change
-// reaches every member within a few gossip rounds.
-func (r *Ring) SetMeta(m Meta) {
+// SetReport announces the content version (report.ContentDigest) of the
+// report this node just pushed; SetTip the spec commit it just fetched.
+// A change reaches every member within a few gossip rounds, and the
+// members that missed it get it at their next push-pull exchange.
+func (r *Ring) SetReport(digest string) { r.announce(func(m *Meta) { m.Report = digest }) }
+
+// SetTip: see SetReport.
+func (r *Ring) SetTip(hash string) { r.announce(func(m *Meta) { m.Tip = hash }) }
+
+func (r *Ring) announce(edit func(*Meta)) {
 	r.mu.Lock()
-	same := r.meta == m
-	r.meta = m
+	before := r.meta
+	edit(&r.meta)
+	same := r.meta == before
 	r.mu.Unlock()
-	if same {
-		return
+	if !same {
+		r.poke(r.update)
 	}
-	if err := r.ml.UpdateNode(5 * time.Second); err != nil {
-		r.log.Debug("announcing the report version", "err", err)
+}
+
+// updateLoop broadcasts the metadata when it changes: memberlist's
+// UpdateNode waits until the broadcast is out, so it runs here rather than
+// on the announcer's goroutine. Changes made meanwhile go out together.
+func (r *Ring) updateLoop() {
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.update:
+		}
+		if err := r.ml.UpdateNode(5 * time.Second); err != nil {
+			r.log.Debug("announcing the report version", "err", err)
+		}
 	}
+}
+
+// Meta returns what this node announces.
+func (r *Ring) Meta() Meta {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.meta
 }
 
 // View returns this node's view of the ring now.
@@ -342,6 +379,16 @@ func (r *Ring) Close() error {
 		err = r.ml.Leave(2 * time.Second)
 		err = errors.Join(err, r.halt())
 	})
+	return err
+}
+
+// Stop stops the ring without a word to the peers: an agent that
+// restarts within the failure detector's suspicion (a few seconds) is back
+// before any peer holds it dead, so nothing moves; Close would make every
+// peer hold it dead at once.
+func (r *Ring) Stop() error {
+	var err error
+	r.closed.Do(func() { err = r.halt() })
 	return err
 }
 

@@ -109,7 +109,8 @@ func TestRingLivenessAndMeta(t *testing.T) {
 	}
 	// A change of report version reaches the others.
 	meta := Meta{Report: strings.Repeat("ab", 16), Tip: strings.Repeat("0123456789", 4)}
-	rings["a"].SetMeta(meta)
+	rings["a"].SetReport(meta.Report)
+	rings["a"].SetTip(meta.Tip)
 	for _, n := range []string{"b", "c"} {
 		waitView(t, rings[n], "a's new meta", func(v View) bool { return v.Members["a"].HasMeta && v.Members["a"].Meta == meta })
 	}
@@ -162,6 +163,7 @@ func TestRingAdmitsOnlyTheInventoryWithTheKey(t *testing.T) {
 	peers := map[string]netip.AddrPort{"a": netip.AddrPortFrom(loopback, uint16(rings["a"].port)), "e": netip.AddrPortFrom(loopback, uint16(rings["e"].port))}
 	rings["e"].SetPeers(peers)
 	waitView(t, rings["a"], "b alive", func(v View) bool { return v.Members["b"].Alive })
+	waitView(t, rings["b"], "a alive", func(v View) bool { return v.Members["a"].Alive })
 	// Give d and e time to try (joins every rejoinEvery, gossip all along).
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {

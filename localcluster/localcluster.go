@@ -7,6 +7,8 @@ package localcluster
 import (
 	"context"
 	"crypto/ed25519"
+	crand "crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -75,6 +77,11 @@ type Options struct {
 	// repository's path when empty. Set it to serve the repository over
 	// HTTP (git http-backend), say.
 	RepoURL string
+	// Gossip turns the gossip ring on: cluster.yaml gets spec.gossip with
+	// a port free on every node's address (GossipPort, when not set), and
+	// every agent the key file GossipKeyFile (made at New).
+	Gossip     bool
+	GossipPort int
 }
 
 // Cluster is a running local cluster.
@@ -143,6 +150,20 @@ func New(opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	if opts.Gossip {
+		if c.GossipPort == 0 {
+			if c.GossipPort, err = freeGossipPort(len(opts.Nodes)); err != nil {
+				return nil, err
+			}
+		}
+		key := make([]byte, 32)
+		if _, err := crand.Read(key); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(c.GossipKeyFile(), []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+	}
 	files := map[string]string{"cluster.yaml": c.clusterYAML()}
 	for i, n := range opts.Nodes {
 		files["nodes/"+n+".yaml"] = c.nodeYAML(i, n)
@@ -173,7 +194,46 @@ spec:
   serviceCIDR: %s
   livenessTTL: %s
   reportInterval: %s
-`, c.PodCIDR, c.ServiceCIDR, c.LivenessTTL, c.ReportInterval)
+`, c.PodCIDR, c.ServiceCIDR, c.LivenessTTL, c.ReportInterval) + c.gossipYAML()
+}
+
+func (c *Cluster) gossipYAML() string {
+	if !c.Gossip {
+		return ""
+	}
+	return fmt.Sprintf("  gossip:\n    port: %d\n", c.GossipPort)
+}
+
+// GossipKeyFile is the gossip ring's key file every agent is given.
+func (c *Cluster) GossipKeyFile() string { return filepath.Join(c.Dir, "gossip.key") }
+
+// freeGossipPort finds a port free for TCP and UDP on the addresses of
+// nodes 127.0.1.1 to 127.0.1.n (nodeYAML's), so that clusters running
+// side by side do not share a ring.
+func freeGossipPort(n int) (int, error) {
+	for range 100 {
+		port := 20000 + rand.IntN(30000)
+		free := true
+		for i := 1; i <= n && free; i++ {
+			addr := fmt.Sprintf("127.0.1.%d:%d", i, port)
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				free = false
+				break
+			}
+			u, err := net.ListenPacket("udp", addr)
+			l.Close()
+			if err != nil {
+				free = false
+				break
+			}
+			u.Close()
+		}
+		if free {
+			return port, nil
+		}
+	}
+	return 0, errors.New("no port free on every node's address for the gossip ring")
 }
 
 // nodeYAML gives node i the address 127.0.1.(i+1) and the i-th /24 of the
@@ -335,6 +395,9 @@ func (c *Cluster) agentCommand(node string, env []string) *exec.Cmd {
 	}
 	if c.ReportKeys {
 		args = append(args, "--report-key", c.KeyFile(node))
+	}
+	if c.Gossip {
+		args = append(args, "--gossip-key", c.GossipKeyFile())
 	}
 	args = append(args, c.AgentArgs...)
 	args = append(args, c.NodeArgs[node]...)

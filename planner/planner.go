@@ -69,9 +69,20 @@ func PeerClock(m *render.Model, reports []report.Report, now time.Time) time.Tim
 // instances that no node reports, and takes nothing from another node, so
 // that reports arriving around the TTL (a starved CPU, a slow network)
 // move an instance at most once per death of its node and never back.
+//
+// With a gossip ring it is the TTL up to 30 s: the ring tells every node
+// of a death or a return within a second or two, so views agree sooner
+// (and a ring's TTL, minutes, bounds only the reports' ages).
 func SettlePeriod(m *render.Model) time.Duration {
-	return time.Duration(m.Cluster.LivenessTTL)
+	ttl := time.Duration(m.Cluster.LivenessTTL)
+	if m.Cluster.Gossip != nil {
+		return min(ttl, gossipSettle)
+	}
+	return ttl
 }
+
+// gossipSettle bounds the settle period of a cluster with a gossip ring.
+const gossipSettle = 30 * time.Second
 
 // gossipTrust returns the ring's members and whether this view of the
 // ring may decide liveness: only when it holds a strict majority of the

@@ -10,6 +10,8 @@ package report
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -423,6 +425,17 @@ func (r Report) Marshal() []byte {
 	}
 	_ = enc.Close()
 	return b.Bytes()
+}
+
+// ContentDigest identifies what a report says, leaving out when it was
+// said (Time, Clock, Since): two reports with the same digest differ only
+// by a heartbeat. Agents announce it over gossip, so that a peer fetches a
+// report when its content changed, never for a heartbeat. It is 32
+// lowercase hex digits (128 bits of SHA-256).
+func ContentDigest(r Report) string {
+	r.Time, r.Clock, r.Since = time.Time{}, time.Time{}, time.Time{}
+	sum := sha256.Sum256(r.Marshal())
+	return hex.EncodeToString(sum[:16])
 }
 
 // Instance returns the report's entry for the named instance, or nil.

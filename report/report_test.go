@@ -310,3 +310,35 @@ func TestInvalidCertificates(t *testing.T) {
 		t.Error("Holds: want true only for a certificate not yet expired")
 	}
 }
+
+// TestContentDigest: the digest leaves out when a report was made (a
+// heartbeat) and changes with anything it says; a report read back from
+// its bytes has the digest of the one written, so that a peer compares
+// what it fetched with what the node announced.
+func TestContentDigest(t *testing.T) {
+	r := sample()
+	r.Services = []report.Service{{Name: "web", VIP: "10.201.0.1", Endpoints: []string{}}}
+	r.Problems = []report.Problem{{Check: report.Checks[0], Problem: "p", Fix: "f"}}
+	d := report.ContentDigest(r)
+	if len(d) != 32 || strings.Trim(d, "0123456789abcdef") != "" {
+		t.Fatalf("digest %q is not 32 lowercase hex digits", d)
+	}
+	beat := r
+	beat.Time, beat.Clock, beat.Since = r.Time.Add(time.Minute), r.Time.Add(time.Minute), r.Time.Add(-time.Hour)
+	if report.ContentDigest(beat) != d {
+		t.Error("a heartbeat (new time, clock, since) changed the digest")
+	}
+	back, err := report.Parse(beat.Marshal(), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.ContentDigest(back) != d {
+		t.Errorf("the report read back has another digest:\n%s", beat.Marshal())
+	}
+	changed := r
+	changed.Instances = append([]report.Instance(nil), r.Instances...)
+	changed.Instances[0].State = report.StateStopped
+	if report.ContentDigest(changed) == d {
+		t.Error("a changed instance state kept the digest")
+	}
+}
