@@ -893,9 +893,20 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID
 	}
-	// The content leaves out the report's times: Since moves with Time
-	// (the publisher sets it), so counting it would push at every pass.
+	// With a ring, the content leaves out the report's times
+	// (report.ContentDigest): a push is news, and heartbeats go every
+	// reportInterval. Without one it leaves out Time and Clock only: Since
+	// moves with Time (it is Time minus the run pushed so far), so every
+	// pass pushes. The report-age rule relies on that: pushed only every
+	// reportInterval, a node starved around the TTL had one instance
+	// started twice for one death (e2e TestStarvedAgentMovesNothingBack).
 	content := report.ContentDigest(r)
+	if !a.ring.on() {
+		t, c := r.Time, r.Clock
+		r.Time, r.Clock = time.Time{}, time.Time{}
+		content = string(r.Marshal())
+		r.Time, r.Clock = t, c
+	}
 	interval := heartbeat(a.cluster, a.ring.on() && a.gossipMinority())
 	due := now.Sub(a.lastPublish.at) >= interval
 	if content == a.lastPublish.content && !due {

@@ -115,7 +115,7 @@ was given.`,
 		}
 		nodes := []string{"n1", "n2", "n3"}
 		opts := localcluster.Options{Dir: root, Keel: keel, Files: demoFiles(keel), Nodes: nodes, IngressNodes: nodes, ReportKeys: true,
-			NodeArgs: map[string][]string{}}
+			NodeArgs: map[string][]string{}, Gossip: true}
 		fmt.Fprintln(e.stdout, "keel demo: starting Pebble, a local ACME CA, for the Ingress's certificate...")
 		ing, err := startDemoACME(root, nodes)
 		if err != nil {
@@ -211,8 +211,8 @@ func (e *env) printDemo(c *localcluster.Cluster, keel string) {
 	for i, a := range argv {
 		argv[i] = shellQuote(a)
 	}
-	fmt.Fprintf(e.stdout, `Stop one node's agent (its instances keep running; the others see it dead
-after the cluster's livenessTTL and take its stateless work):
+	fmt.Fprintf(e.stdout, `Stop one node's agent (its instances keep running; the gossip ring finds it
+dead within seconds, and the others take its stateless work):
   kill %d
 Start it again (it carries on from its state directory; stop it yourself
 before Ctrl-C, which stops only the agents the demo started):
