@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+
+	"github.com/keel-dev/keel/gossip"
+	"github.com/keel-dev/keel/render"
+)
+
+// TestGossipWantsAndStale: with a ring, a fetch skips the report of a node
+// the ring vouches for (alive, announcing the content this node has read:
+// a heartbeat), and asks for every other report, the branch and the
+// certificates; the ring's news makes a fetch worth it only when it
+// announces what this node lacks, or a member changed state since the
+// last fetch began.
+func TestGossipWantsAndStale(t *testing.T) {
+	const prefix = "refs/keel/reports/"
+	d1, d2 := strings.Repeat("1", 32), strings.Repeat("2", 32)
+	tip := strings.Repeat("a", 40)
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	w := &gitWorker{opts: Options{Node: "self"}, digests: map[string]string{"a": d1, "b": d1, "c": d1}, tips: map[string]bool{tip: true}, fetchedAt: t0}
+	member := func(alive bool, digest string, since time.Time) gossip.Member {
+		return gossip.Member{Alive: alive, Since: since, HasMeta: true, Meta: gossip.Meta{Report: digest, Tip: tip}}
+	}
+	v := gossip.View{Members: map[string]gossip.Member{
+		"self": member(true, d2, t0.Add(-time.Hour)),
+		"a":    member(true, d1, t0.Add(-time.Hour)), // vouched for: heartbeats skipped
+		"b":    member(true, d2, t0.Add(-time.Hour)), // announced content not read yet
+		"c":    member(false, d1, t0.Add(-time.Hour)),
+	}}
+	want := w.wants(v, prefix)
+	for ref, wanted := range map[string]bool{
+		prefix + "a": false, prefix + "b": true, prefix + "c": true, prefix + "unknown": true,
+		"refs/heads/main": true, "refs/keel/certs/www.example.com": true,
+	} {
+		if got := want(plumbing.ReferenceName(ref), plumbing.ZeroHash); got != wanted {
+			t.Errorf("want(%s) = %v, want %v", ref, got, wanted)
+		}
+	}
+	if !w.stale(v) {
+		t.Error("b announced content this node has not read: not stale")
+	}
+	v.Members["b"] = member(true, d1, t0.Add(-time.Hour))
+	if w.stale(v) {
+		t.Error("everything announced is read, nothing changed since the fetch: stale")
+	}
+	if v.Members["a"] = member(false, d1, t0.Add(time.Second)); !w.stale(v) {
+		t.Error("a died after the last fetch began (it may still push): not stale")
+	}
+	v.Members["a"] = member(true, d1, t0.Add(-time.Hour))
+	m := v.Members["b"]
+	m.Meta.Tip = strings.Repeat("b", 40)
+	if v.Members["b"] = m; !w.stale(v) {
+		t.Error("a tip this node has not fetched: not stale")
+	}
+}
+
+// TestHeartbeat: the push interval of an unchanged report is the
+// reportInterval, shortened to the default of a cluster without a ring
+// while this node sees no majority of its ring.
+func TestHeartbeat(t *testing.T) {
+	c := render.Cluster{ReportInterval: render.DefaultGossipReportInterval}
+	if got := heartbeat(c, false); got != time.Minute {
+		t.Errorf("heartbeat = %s, want 1m", got)
+	}
+	if got := heartbeat(c, true); got != 10*time.Second {
+		t.Errorf("minority heartbeat = %s, want 10s", got)
+	}
+	if got := heartbeat(render.Cluster{ReportInterval: render.Duration(3e9)}, true); got != 3*time.Second {
+		t.Errorf("minority heartbeat of a 3s interval = %s, want 3s", got)
+	}
+}
