@@ -180,6 +180,9 @@ type Agent struct {
 
 	started     time.Time // when Run began, for the warm-up
 	lastFetchOK time.Time // the last successful fetch
+	// lastNoticeFetch is when the ring's news last started a fetch (real
+	// time, as the timers').
+	lastNoticeFetch time.Time
 
 	reportPrefix atomic.Pointer[string] // for the webhook handler
 	reportKeys   sync.ReportKeys        // of the applied commit's nodes
@@ -388,6 +391,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	ringSettle.Stop()
 	defer ringSettle.Stop()
 	ringPending := false
+	noticeTimer := time.NewTimer(time.Hour)
+	noticeTimer.Stop()
+	defer noticeTimer.Stop()
+	noticePending := false
 	a.settle = time.NewTimer(time.Hour)
 	a.settle.Stop()
 	defer a.settle.Stop()
@@ -415,11 +422,27 @@ func (a *Agent) Run(ctx context.Context) error {
 			ringPending = false
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
-			a.git.noticed(a.ring)
+			if a.applied != nil && a.git.worthFetching(a.ring) && !noticePending {
+				// Fetches on notices are spaced (noticeSpacing), so that a
+				// deploy that changes every report at once does not have
+				// every node fetch continuously.
+				wait := a.lastNoticeFetch.Add(noticeSpacing(len(a.applied.model.Nodes))).Sub(time.Now())
+				if wait <= 0 {
+					a.lastNoticeFetch = time.Now()
+					a.git.fetch()
+				} else {
+					noticePending = true
+					noticeTimer.Reset(wait)
+				}
+			}
 			if d := a.pollInterval(); d != pollEvery {
 				pollEvery = d
 				poll.Reset(d)
 			}
+		case <-noticeTimer.C:
+			noticePending = false
+			a.lastNoticeFetch = time.Now()
+			a.git.fetch()
 		case res := <-a.git.fetched:
 			if a.onFetch(res) {
 				a.pass(ctx)
@@ -932,6 +955,16 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	}
 	a.pub.publish(publication{report: r, builtAt: now, prefix: prefix, reportRepo: a.cluster.ReportRepo, interval: interval,
 		ttl: time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL))})
+}
+
+// noticeSpacing is the least time between two fetches the ring's news
+// starts on a cluster of n nodes: 30 ms a node, at most 30 s. A quiet
+// cluster fetches on the first notice at once; in a burst (a deploy that
+// changes every report) each node fetches once a spacing, so the git server
+// sees about one fetch every 30 ms, whatever the cluster's size (the
+// poll's own fetches aside).
+func noticeSpacing(n int) time.Duration {
+	return min(time.Duration(n)*30*time.Millisecond, 30*time.Second)
 }
 
 // ringGather is how long the loop gathers the ring's changes before it

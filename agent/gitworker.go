@@ -120,16 +120,14 @@ func (w *gitWorker) fetch() {
 	w.poke()
 }
 
-// noticed asks for a fetch when the ring announces what this node does
+// worthFetching reports whether the ring announces what this node does
 // not have: a peer's report content it has not read, a spec tip it has
 // not fetched, or a member that died or came back since the last fetch
 // began (a node cut off from the ring may still push its reports). Called
 // by the loop.
-func (w *gitWorker) noticed(k *ringKeeper) {
+func (w *gitWorker) worthFetching(k *ringKeeper) bool {
 	v, on := k.members()
-	if !on || w.stale(v) {
-		w.fetch()
-	}
+	return on && w.stale(v)
 }
 
 func (w *gitWorker) stale(v gossip.View) bool {
