@@ -340,7 +340,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		cancelGit()
 		<-a.git.done
 	}()
-	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit(), a.ring.announceReport)
+	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit(), a.ring.announceReport, a.ring.stall)
 	defer a.pub.close()
 	// The ring is left after the publisher and the git worker stop (the
 	// defers run in reverse): they announce through it.

@@ -154,6 +154,19 @@ func (k *ringKeeper) close() {
 	}
 }
 
+// stall stops the ring, without leaving it, because the agent's loop is
+// stuck (the publisher found it): the peers find this node dead within
+// seconds, as they would find its reports stale without a ring. The next
+// pass of the loop starts it again (apply).
+func (k *ringKeeper) stall() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ring != nil {
+		k.log.Warn("the agent loop is stuck: leaving the gossip ring until it passes again")
+		k.stopLocked(false)
+	}
+}
+
 // on reports whether this node is in a ring now.
 func (k *ringKeeper) on() bool {
 	k.mu.Lock()

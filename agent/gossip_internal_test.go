@@ -1,9 +1,19 @@
 package agent
 
 import (
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
+	gosync "sync"
 	"testing"
+	"testing/fstest"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -73,4 +83,71 @@ func TestHeartbeat(t *testing.T) {
 	if got := heartbeat(render.Cluster{ReportInterval: render.Duration(3e9)}, true); got != 3*time.Second {
 		t.Errorf("minority heartbeat of a 3s interval = %s, want 3s", got)
 	}
+}
+
+// TestRingKeeperFollowsTheModelAndStalls: the ring starts when the model
+// turns gossip on (with a key file), stops without leaving when the loop
+// is stuck and starts again at the next apply, and leaves when the node
+// leaves the inventory; without a key file it does not start and says so.
+func TestRingKeeperFollowsTheModelAndStalls(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.LocalAddr().(*net.UDPAddr).Port
+	l.Close()
+	m, err := render.Render(fstest.MapFS{
+		"cluster.yaml":  {Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {gossip: {port: %d}}\n", port)},
+		"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 127.0.0.1}\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	metrics := NewMetrics(prometheus.NewRegistry())
+
+	k := newRingKeeper(Options{Node: "n1", Now: time.Now}, log, metrics)
+	k.apply(m, false)
+	if k.on() || !strings.Contains(logs.String(), "no --gossip-key") {
+		t.Fatalf("started without a key file, or did not say why: %s", logs.String())
+	}
+
+	k = newRingKeeper(Options{Node: "n1", Now: time.Now, GossipKeyFile: keyFile}, log, metrics)
+	defer k.close()
+	k.apply(m, false)
+	if !k.on() {
+		t.Fatalf("not started: %s", logs.String())
+	}
+	if g, _ := k.view(0); g == nil || !g.Members["n1"].Alive {
+		t.Fatalf("view %+v: n1 not alive in its own ring", g)
+	}
+	k.stall()
+	if k.on() {
+		t.Fatal("still in the ring with the loop stuck")
+	}
+	k.apply(m, false)
+	if !k.on() {
+		t.Fatalf("not started again after the stall: %s", logs.String())
+	}
+	k.apply(m, true)
+	if k.on() {
+		t.Fatal("still in the ring after leaving the inventory")
+	}
+}
+
+type syncWriter struct {
+	mu gosync.Mutex
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -66,19 +66,23 @@ type publisher struct {
 	// report just pushed whose content changed (report.ContentDigest), so
 	// that the peers fetch it now; a heartbeat is not announced.
 	announce func(digest string)
+	// stalled, when set, is called when the heartbeat stops because the
+	// loop handed no report for staleAfter: with a gossip ring, the node
+	// must stop looking alive there too.
+	stalled func()
 
 	cancel context.CancelFunc
 	wg     gosync.WaitGroup
 }
 
-func newPublisher(opts Options, log *slog.Logger, metrics *Metrics, staleAfter time.Duration, announce func(digest string)) *publisher {
+func newPublisher(opts Options, log *slog.Logger, metrics *Metrics, staleAfter time.Duration, announce func(digest string), stalled func()) *publisher {
 	remote := opts.Remote
 	remote.Branch, remote.FullHistory = "", false // it only ever pushes report refs
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &publisher{
 		node: opts.Node, stateDir: opts.StateDir, remote: remote, timeout: opts.GitTimeout,
 		signer: opts.ReportSigner, now: opts.Now, log: log, metrics: metrics, staleAfter: staleAfter,
-		wake: make(chan struct{}, 1), cancel: cancel, announce: announce,
+		wake: make(chan struct{}, 1), cancel: cancel, announce: announce, stalled: stalled,
 	}
 	p.wg.Add(1)
 	go func() {
@@ -167,6 +171,9 @@ func (p *publisher) run(ctx context.Context) {
 				p.log.Warn("the agent loop has handed no report for a while: this node's report is no longer refreshed",
 					"since", last.builtAt.Format(time.RFC3339))
 				stale = true
+				if p.stalled != nil {
+					p.stalled()
+				}
 			}
 			continue
 		case !failed && now.Sub(pushed) < last.interval:
