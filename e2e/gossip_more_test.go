@@ -52,7 +52,7 @@ func TestGossipCutOffNodeStaysAlive(t *testing.T) {
 	if cut == "" {
 		t.Fatalf("db-0 is not pinned: lock %+v", m.Lock.Pins)
 	}
-	c.checkOneEach(m)
+	first := c.checkOneEach(m)
 	others := slices.DeleteFunc(slices.Clone(c.Nodes), func(n string) bool { return n == cut })
 
 	// The others settle (planner.SettlePeriod, 30 s with a ring) before
@@ -182,6 +182,19 @@ func TestGossipCutOffNodeStaysAlive(t *testing.T) {
 	if problem := <-done; problem != "" {
 		t.Error(problem)
 	}
+	// While it was held dead its stateless replicas may have moved: once
+	// each, never back (and db-0 not at all).
+	moves := c.checkMoves(cut, first)
+	var moved []string
+	for _, name := range slices.Sorted(mapKeys(moves)) {
+		if len(moves[name]) > 0 {
+			moved = append(moved, fmt.Sprintf("%s→%s", name, back[name].Node))
+		}
+	}
+	if len(moves["db-0"]) > 0 {
+		t.Errorf("db-0 moved: %v", moves["db-0"])
+	}
+	t.Logf("instances moved off %s while it was held dead: %v", cut, moved)
 }
 
 // cutOffView reports whether node's agent logs that its view of the ring
@@ -316,4 +329,102 @@ func placementDiff(a, b map[string]placement) string {
 		}
 	}
 	return strings.Join(diff, "; ")
+}
+
+// TestGossipRestartMovesNothing: an agent that stops cleanly (an upgrade)
+// does not leave the ring (gossip.Ring.Stop), so when it is back within
+// the failure detector's suspicion no peer ever holds it dead and nothing
+// moves or restarts.
+func TestGossipRestartMovesNothing(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3*time.Minute, localcluster.Options{
+		Gossip: true, LivenessTTL: gossipTTL, ReportInterval: gossipTTL / 3, Poll: 10 * time.Minute,
+		Files: map[string]string{"apps/web.yaml": webService(6, "base/demo", "hello")},
+	})
+	started := time.Now()
+	c.converge("first commit")
+	c.waitAllAlive()
+	m := c.model()
+	before := c.checkOneEach(m)
+	const restarted = "n2"
+	others := []string{"n1", "n3"}
+	// The others settle (30 s with a ring) before they may take an
+	// instance: until then a restart could not move anything.
+	time.Sleep(time.Until(started.Add(planner.SettlePeriod(m) + time.Second))) // nothing to poll for
+
+	stopAt := time.Now()
+	if err := c.Stop(restarted, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(restarted); err != nil {
+		t.Fatal(err)
+	}
+	// The others' rings never hold it dead; sampled until it is back in
+	// every ring and a few reconciles later.
+	var heldDead []string
+	var backAt time.Time
+	c.waitFor(restarted+" is back in every ring", func() (bool, string) {
+		for _, n := range others {
+			if dead, err := c.metric(n, `keel_gossip_members{state="dead"}`); err == nil && dead > 0 {
+				heldDead = append(heldDead, fmt.Sprintf("%s at %s", n, time.Since(stopAt).Round(100*time.Millisecond)))
+			}
+		}
+		for _, n := range c.Nodes {
+			v, err := c.metric(n, `keel_gossip_members{state="alive"}`)
+			if err != nil {
+				return false, err.Error()
+			}
+			if int(v) != len(c.Nodes) {
+				return false, fmt.Sprintf("%s's ring holds %d nodes alive", n, int(v))
+			}
+		}
+		if backAt.IsZero() {
+			backAt = time.Now()
+		}
+		// Five seconds more: a move would take a reconcile (1 s) after
+		// the ring's verdict.
+		return time.Since(backAt) > 5*time.Second, "watching a while longer"
+	})
+	gap := c.restartGap(restarted, stopAt)
+	t.Logf("%s stopped and restarted: in its ring again %s after the stop, back in every ring %s after", restarted, gap.Round(10*time.Millisecond), backAt.Sub(stopAt).Round(100*time.Millisecond))
+	if len(heldDead) > 0 {
+		// memberlist's suspicion is 4 s for three members, after a failed
+		// probe: a restart slower than that (a machine too busy) is a
+		// death, and it is not what this test is about.
+		if gap > 3*time.Second {
+			t.Skipf("the restart took %s, longer than the suspicion: the others held it dead (%v)", gap, heldDead)
+		}
+		t.Errorf("the others' rings held %s dead after a restart of %s: %v", restarted, gap, heldDead)
+	}
+	c.converge("after the restart")
+	if now := c.checkOneEach(m); !maps.Equal(before, now) {
+		t.Errorf("a clean restart moved or restarted instances: %s", placementDiff(before, now))
+	}
+	if evs := c.instanceEvents(); len(evs) != len(m.Instances) {
+		t.Errorf("the agents started or removed instances after the restart: %d events for %d instances", len(evs), len(m.Instances))
+	}
+}
+
+// restartGap is how long after since node's agent logged that it joined
+// the gossip ring (its last such line).
+func (c *cluster) restartGap(node string, since time.Time) time.Duration {
+	c.t.Helper()
+	b, err := os.ReadFile(c.LogFile(node))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var at time.Time
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.Contains(line, "joined the gossip ring") {
+			continue
+		}
+		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+			at = t
+		}
+	}
+	if at.IsZero() {
+		c.t.Fatalf("%s never logged that it joined the gossip ring", node)
+	}
+	return at.Sub(since)
 }
