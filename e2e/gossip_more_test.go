@@ -140,6 +140,9 @@ func TestGossipCutOffNodeStaysAlive(t *testing.T) {
 		}
 		time.Sleep(time.Second) // a sampling period over a window that is the point of the test
 	}
+	for _, n := range others {
+		t.Logf("%s's log has %d lines of the gossip component (the cut node's undecryptable traffic among them)", n, c.logCount(n, "component=gossip"))
+	}
 	if !c.cutOffView(cut) {
 		t.Errorf("%s's agent does not see itself in a minority of the ring", cut)
 	}
@@ -427,4 +430,13 @@ func (c *cluster) restartGap(node string, since time.Time) time.Duration {
 		c.t.Fatalf("%s never logged that it joined the gossip ring", node)
 	}
 	return at.Sub(since)
+}
+
+// logCount counts the lines of node's agent log that contain s.
+func (c *cluster) logCount(node, s string) int {
+	b, err := os.ReadFile(c.LogFile(node))
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), s)
 }
