@@ -257,11 +257,23 @@ func TestGossipFlappingNodeMovesOnce(t *testing.T) {
 	time.Sleep(time.Until(started.Add(planner.SettlePeriod(m) + time.Second))) // nothing to poll for
 
 	// pause stops the flapper's agent for d (the pause is the point),
-	// then waits until every agent answers and runs the tip.
-	pause := func(d time.Duration) {
+	// sampling the others' rings meanwhile, then waits until every agent
+	// answers. It returns how long after the stop a peer's ring first held
+	// the flapper dead, 0 if none did.
+	peers := []string{"n1", "n3"}
+	pause := func(d time.Duration) time.Duration {
 		t.Helper()
+		var dead time.Duration
+		stopAt := time.Now()
 		signal(syscall.SIGSTOP)
-		time.Sleep(d) // the pause is the test
+		for end := stopAt.Add(d); time.Now().Before(end); {
+			for _, n := range peers {
+				if v, err := c.metric(n, `keel_gossip_members{state="dead"}`); err == nil && v > 0 && dead == 0 {
+					dead = time.Since(stopAt)
+				}
+			}
+			time.Sleep(100 * time.Millisecond) // a sampling period within the pause, which is the test
+		}
 		signal(syscall.SIGCONT)
 		c.waitFor("every agent answers after a pause", func() (bool, string) {
 			_, err := c.statuses()
@@ -270,13 +282,21 @@ func TestGossipFlappingNodeMovesOnce(t *testing.T) {
 			}
 			return true, ""
 		})
+		if dead > 0 {
+			t.Logf("paused %s for %s: a peer's ring held it dead %s after the stop", flapper, d, dead.Round(100*time.Millisecond))
+		} else {
+			t.Logf("paused %s for %s: no peer's ring held it dead", flapper, d)
+		}
+		return dead
 	}
 
 	// Short pauses, well within memberlist's suspicion (4 s for three
-	// members, after a failed probe): nothing moves or restarts.
+	// members, after a failed probe): no peer holds the flapper dead (a
+	// suspect counts as alive), and nothing moves or restarts.
 	for _, d := range []time.Duration{1500 * time.Millisecond, 2500 * time.Millisecond} {
-		pause(d)
-		t.Logf("paused %s for %s", flapper, d)
+		if dead := pause(d); dead > 0 {
+			t.Errorf("a pause of %s, shorter than the suspicion, was taken for a death %s after the stop", d, dead.Round(100*time.Millisecond))
+		}
 	}
 	// Reports and plans catch up: a move, had there been one, would show
 	// within a reconcile or two.
@@ -292,7 +312,6 @@ func TestGossipFlappingNodeMovesOnce(t *testing.T) {
 	// short run: whatever moves must move once.
 	for _, d := range []time.Duration{4 * time.Second, 7 * time.Second, 3 * time.Second, 10 * time.Second, 5 * time.Second} {
 		pause(d)
-		t.Logf("paused %s for %s", flapper, d)
 		time.Sleep(2 * time.Second) // the run between two pauses is the test
 	}
 	lastAt := time.Now()
