@@ -293,7 +293,7 @@ func TestGossipFlappingNodeMovesOnce(t *testing.T) {
 	// Short pauses, well within memberlist's suspicion (4 s for three
 	// members, after a failed probe): no peer holds the flapper dead (a
 	// suspect counts as alive), and nothing moves or restarts.
-	for _, d := range []time.Duration{1500 * time.Millisecond, 2500 * time.Millisecond} {
+	for _, d := range []time.Duration{1500 * time.Millisecond, 3 * time.Second} {
 		if dead := pause(d); dead > 0 {
 			t.Errorf("a pause of %s, shorter than the suspicion, was taken for a death %s after the stop", d, dead.Round(100*time.Millisecond))
 		}
@@ -310,7 +310,7 @@ func TestGossipFlappingNodeMovesOnce(t *testing.T) {
 
 	// Pauses around and beyond the suspicion timeout, each followed by a
 	// short run: whatever moves must move once.
-	for _, d := range []time.Duration{4 * time.Second, 7 * time.Second, 3 * time.Second, 10 * time.Second, 5 * time.Second} {
+	for _, d := range []time.Duration{4 * time.Second, 7 * time.Second, 5 * time.Second, 10 * time.Second, 6 * time.Second} {
 		pause(d)
 		time.Sleep(2 * time.Second) // the run between two pauses is the test
 	}
