@@ -57,7 +57,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{nodes: 50, mode: "gossip", duration: 3 * time.Minute, warmup: 30 * time.Second,
+	return config{nodes: 50, mode: "gossip", duration: 3 * time.Minute,
 		interval: 10 * time.Second, heartbeat: 60 * time.Second, safetyPoll: 60 * time.Second,
 		maxDelay: 500 * time.Millisecond, inflight: 8 * runtime.GOMAXPROCS(0), server: "default"}
 }
@@ -66,7 +66,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.nodes, "nodes", c.nodes, "simulated nodes")
 	fs.StringVar(&c.mode, "mode", c.mode, "poll (every node fetches everything every interval and republishes every interval) or gossip (publish on change plus heartbeat, fetch what a notice names)")
 	fs.DurationVar(&c.duration, "duration", c.duration, "whole run, warm-up included")
-	fs.DurationVar(&c.warmup, "warmup", c.warmup, "start of the run left out of the steady-state figures")
+	fs.DurationVar(&c.warmup, "warmup", c.warmup, "start of the run left out of the steady-state figures (0: the start-up stagger plus one interval)")
 	fs.DurationVar(&c.interval, "interval", c.interval, "poll and report interval (poll mode); deadline of a fetch or publication")
 	fs.DurationVar(&c.heartbeat, "heartbeat", c.heartbeat, "gossip mode: republish the same content this often")
 	fs.DurationVar(&c.safetyPoll, "safety-poll", c.safetyPoll, "gossip mode: fetch what changed this often without a notice")
@@ -76,6 +76,16 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.server, "server", c.server, "default (git's defaults) or anysha1 (uploadpack.allowAnySHA1InWant)")
 	fs.StringVar(&c.dir, "dir", "", "work directory (default: a temporary one, removed)")
 	fs.StringVar(&c.table, "table", "", "append the result as a markdown table row to this file")
+}
+
+// stagger is the time over which the nodes start: the longest period of
+// their loops (the interval in poll mode, the heartbeat and the safety
+// poll in gossip mode), so that no period starts in step on every node.
+func (c config) stagger() time.Duration {
+	if c.mode == "poll" {
+		return c.interval
+	}
+	return max(c.heartbeat, c.safetyPoll)
 }
 
 const prefix = render.DefaultReportRefPrefix
@@ -93,7 +103,10 @@ type stats struct {
 	fetchBytes, requests atomic.Int64
 }
 
-func (s *stats) op(kind string, d time.Duration, err error, deadline time.Duration) {
+// op records an operation that took d once started, and whole from when
+// the node wanted it (the wait for a slot under -inflight included): it
+// missed its cycle when whole passed the deadline.
+func (s *stats) op(kind string, d, whole time.Duration, err error, deadline time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.steady {
@@ -118,7 +131,7 @@ func (s *stats) op(kind string, d time.Duration, err error, deadline time.Durati
 	if err != nil && s.firstErr == "" {
 		s.firstErr = err.Error()
 	}
-	if err == nil && d > deadline {
+	if err == nil && whole > deadline {
 		s.missed++
 	}
 }
@@ -166,6 +179,9 @@ type harness struct {
 func run(ctx context.Context, cfg config, out io.Writer) (*stats, error) {
 	if cfg.mode != "poll" && cfg.mode != "gossip" {
 		return nil, fmt.Errorf("mode %q: want poll or gossip", cfg.mode)
+	}
+	if cfg.warmup == 0 {
+		cfg.warmup = cfg.stagger() + cfg.interval
 	}
 	if cfg.warmup >= cfg.duration {
 		return nil, errors.New("the warm-up must be shorter than the run")
@@ -225,7 +241,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*stats, error) {
 	var wg gosync.WaitGroup
 	start := time.Now()
 	for _, n := range h.nodes {
-		offset := time.Duration(rand.Int64N(int64(cfg.interval)))
+		offset := time.Duration(rand.Int64N(int64(cfg.stagger())))
 		wg.Go(func() { h.runNode(runCtx, n, offset) })
 	}
 	// Warm-up, then the steady state.
@@ -365,6 +381,7 @@ func (h *harness) do(ctx context.Context, kind string, f func(context.Context) e
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	t1 := time.Now()
 	opCtx, cancel := context.WithTimeout(ctx, 3*h.cfg.interval)
 	err := f(opCtx)
 	cancel()
@@ -372,7 +389,7 @@ func (h *harness) do(ctx context.Context, kind string, f func(context.Context) e
 	if ctx.Err() != nil {
 		return ctx.Err() // the run ended: not a failure
 	}
-	h.st.op(kind, time.Since(t0), err, h.cfg.interval)
+	h.st.op(kind, time.Since(t1), time.Since(t0), err, h.cfg.interval)
 	return err
 }
 
@@ -412,7 +429,9 @@ func (h *harness) runNode(ctx context.Context, n *node, offset time.Duration) {
 	// fetches follow the notices.
 	heartbeat := time.NewTicker(h.cfg.heartbeat)
 	defer heartbeat.Stop()
-	safety := time.NewTicker(h.cfg.safetyPoll)
+	// The safety poll runs in its own phase, as an agent's does (its
+	// poll timer is not its report timer).
+	safety := time.NewTimer(time.Duration(rand.Int64N(int64(h.cfg.safetyPoll))))
 	defer safety.Stop()
 	var change <-chan time.Time
 	nextChange := func() {
@@ -433,6 +452,7 @@ func (h *harness) runNode(ctx context.Context, n *node, offset time.Duration) {
 			publish() // same content, new time: no notice
 		case <-safety.C:
 			h.fetchChanged(ctx, n)
+			safety.Reset(h.cfg.safetyPoll)
 		case <-n.wake:
 			h.fetchChanged(ctx, n)
 		}

@@ -19,7 +19,7 @@ func TestSmoke(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			cfg := defaultConfig()
 			cfg.nodes, cfg.mode = 5, mode
-			cfg.duration, cfg.warmup = 6*time.Second, 2*time.Second
+			cfg.duration, cfg.warmup = 6*time.Second, 2500*time.Millisecond
 			cfg.interval, cfg.heartbeat, cfg.safetyPoll = time.Second, 2*time.Second, 2*time.Second
 			cfg.churn, cfg.maxDelay = 30, 100*time.Millisecond
 			cfg.dir = t.TempDir()
