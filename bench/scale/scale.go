@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -177,6 +178,23 @@ type harness struct {
 }
 
 func run(ctx context.Context, cfg config, out io.Writer) (*stats, error) {
+	if cfg.dir == "" {
+		d, err := os.MkdirTemp("", "keel-scale-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		cfg.dir = d
+	}
+	st, err := runIn(ctx, cfg, out)
+	if err != nil {
+		// Said at once: removing the mirrors of a thousand nodes takes minutes.
+		fmt.Fprintln(out, "scale: error:", err)
+	}
+	return st, err
+}
+
+func runIn(ctx context.Context, cfg config, out io.Writer) (*stats, error) {
 	if cfg.mode != "poll" && cfg.mode != "gossip" {
 		return nil, fmt.Errorf("mode %q: want poll or gossip", cfg.mode)
 	}
@@ -187,14 +205,6 @@ func run(ctx context.Context, cfg config, out io.Writer) (*stats, error) {
 		return nil, errors.New("the warm-up must be shorter than the run")
 	}
 	dir := cfg.dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "keel-scale-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
 	bare, err := makeServerRepo(ctx, dir, cfg.server)
 	if err != nil {
 		return nil, err
@@ -565,16 +575,11 @@ func takeSample(bare string, cpuFirst bool) (sample, error) {
 }
 
 func (s *sample) measureRepo(bare string) error {
-	out, err := exec.Command("du", "-sk", bare).Output()
-	if err != nil {
-		return fmt.Errorf("du: %w", err)
-	}
-	kb, _ := strconv.ParseInt(strings.Fields(string(out))[0], 10, 64)
-	s.du = kb << 10
+	s.du = diskUsage(bare)
 	cmd := exec.Command("git", "count-objects", "-v")
 	cmd.Dir = bare
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
-	out, err = cmd.Output()
+	out, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("git count-objects: %w", err)
 	}
@@ -593,6 +598,25 @@ func (s *sample) measureRepo(bare string) error {
 		}
 	}
 	return nil
+}
+
+// diskUsage is what du -s counts: the blocks of every file under dir. A
+// file that vanishes during the walk (a push's temporary objects) is not
+// counted; du would fail on it.
+func diskUsage(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 func pct(d []time.Duration, p float64) time.Duration {
