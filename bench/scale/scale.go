@@ -642,8 +642,12 @@ func (h *harness) print(out io.Writer, before, after sample, steady time.Duratio
 		perFetch = float64(st.fetchBytes.Load()) / float64(st.fetches) / 1024
 	}
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	mode := h.cfg.mode
+	if mode == "gossip" && h.cfg.churn > 0 {
+		mode += fmt.Sprintf(", churn %g/min", h.cfg.churn)
+	}
 	row := fmt.Sprintf("| %d | %s | %s | %.0f | %.2f | %.2f | %s/%s ms | %s/%s ms | %.1f | %.1f | %d | %d | %d | %d/%d | %.2f | %.0f | %s |\n",
-		h.cfg.nodes, h.cfg.mode, h.cfg.server,
+		h.cfg.nodes, mode, h.cfg.server,
 		float64(server.Milliseconds())/float64(h.cfg.nodes)/mins, server.Seconds()/steady.Seconds(), client.Seconds()/steady.Seconds(),
 		ms(pct(st.fetchLat, .5)), ms(pct(st.fetchLat, .95)), ms(pct(st.publishLat, .5)), ms(pct(st.publishLat, .95)),
 		perFetch, float64(st.requests.Load())/steady.Seconds(), st.fetches, st.publishes, st.missed, st.failedFetch, st.failedPub,
