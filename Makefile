@@ -122,10 +122,10 @@ lint:
 ## bench-scale: N simulated nodes against one git http-backend on 127.0.0.1
 ## (bench/scale; figures in docs/benchmarks.md "Nodes per git server"), in
 ## gossip mode for every N of SCALE_NODES and in poll mode for SCALE_POLL_NODES;
-## rows are appended to bench-scale.md. About 3 minutes a run.
+## rows are appended to bench-scale.md. About 3 minutes a run, and a few more to start and clean up 1,000 nodes.
 SCALE_NODES      ?= 50 150 300 1000
 SCALE_POLL_NODES ?= 50 150
-SCALE_DURATION   ?= 150s
+SCALE_DURATION   ?= 3m
 bench-scale:
 	@for n in $(SCALE_NODES); do \
 		$(GO) run ./bench/scale -nodes $$n -mode gossip -duration $(SCALE_DURATION) -table bench-scale.md || exit 1; done

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -57,7 +58,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{nodes: 50, mode: "gossip", duration: 3 * time.Minute, warmup: 30 * time.Second,
+	return config{nodes: 50, mode: "gossip", duration: 3 * time.Minute,
 		interval: 10 * time.Second, heartbeat: 60 * time.Second, safetyPoll: 60 * time.Second,
 		maxDelay: 500 * time.Millisecond, inflight: 8 * runtime.GOMAXPROCS(0), server: "default"}
 }
@@ -66,7 +67,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.nodes, "nodes", c.nodes, "simulated nodes")
 	fs.StringVar(&c.mode, "mode", c.mode, "poll (every node fetches everything every interval and republishes every interval) or gossip (publish on change plus heartbeat, fetch what a notice names)")
 	fs.DurationVar(&c.duration, "duration", c.duration, "whole run, warm-up included")
-	fs.DurationVar(&c.warmup, "warmup", c.warmup, "start of the run left out of the steady-state figures")
+	fs.DurationVar(&c.warmup, "warmup", c.warmup, "start of the run left out of the steady-state figures (0: the start-up stagger plus one interval)")
 	fs.DurationVar(&c.interval, "interval", c.interval, "poll and report interval (poll mode); deadline of a fetch or publication")
 	fs.DurationVar(&c.heartbeat, "heartbeat", c.heartbeat, "gossip mode: republish the same content this often")
 	fs.DurationVar(&c.safetyPoll, "safety-poll", c.safetyPoll, "gossip mode: fetch what changed this often without a notice")
@@ -76,6 +77,16 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.server, "server", c.server, "default (git's defaults) or anysha1 (uploadpack.allowAnySHA1InWant)")
 	fs.StringVar(&c.dir, "dir", "", "work directory (default: a temporary one, removed)")
 	fs.StringVar(&c.table, "table", "", "append the result as a markdown table row to this file")
+}
+
+// stagger is the time over which the nodes start: the longest period of
+// their loops (the interval in poll mode, the heartbeat and the safety
+// poll in gossip mode), so that no period starts in step on every node.
+func (c config) stagger() time.Duration {
+	if c.mode == "poll" {
+		return c.interval
+	}
+	return max(c.heartbeat, c.safetyPoll)
 }
 
 const prefix = render.DefaultReportRefPrefix
@@ -93,7 +104,10 @@ type stats struct {
 	fetchBytes, requests atomic.Int64
 }
 
-func (s *stats) op(kind string, d time.Duration, err error, deadline time.Duration) {
+// op records an operation that took d once started, and whole from when
+// the node wanted it (the wait for a slot under -inflight included): it
+// missed its cycle when whole passed the deadline.
+func (s *stats) op(kind string, d, whole time.Duration, err error, deadline time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.steady {
@@ -118,7 +132,7 @@ func (s *stats) op(kind string, d time.Duration, err error, deadline time.Durati
 	if err != nil && s.firstErr == "" {
 		s.firstErr = err.Error()
 	}
-	if err == nil && d > deadline {
+	if err == nil && whole > deadline {
 		s.missed++
 	}
 }
@@ -164,21 +178,33 @@ type harness struct {
 }
 
 func run(ctx context.Context, cfg config, out io.Writer) (*stats, error) {
-	if cfg.mode != "poll" && cfg.mode != "gossip" {
-		return nil, fmt.Errorf("mode %q: want poll or gossip", cfg.mode)
-	}
-	if cfg.warmup >= cfg.duration {
-		return nil, errors.New("the warm-up must be shorter than the run")
-	}
-	dir := cfg.dir
-	if dir == "" {
+	if cfg.dir == "" {
 		d, err := os.MkdirTemp("", "keel-scale-")
 		if err != nil {
 			return nil, err
 		}
 		defer os.RemoveAll(d)
-		dir = d
+		cfg.dir = d
 	}
+	st, err := runIn(ctx, cfg, out)
+	if err != nil {
+		// Said at once: removing the mirrors of a thousand nodes takes minutes.
+		fmt.Fprintln(out, "scale: error:", err)
+	}
+	return st, err
+}
+
+func runIn(ctx context.Context, cfg config, out io.Writer) (*stats, error) {
+	if cfg.mode != "poll" && cfg.mode != "gossip" {
+		return nil, fmt.Errorf("mode %q: want poll or gossip", cfg.mode)
+	}
+	if cfg.warmup == 0 {
+		cfg.warmup = cfg.stagger() + cfg.interval
+	}
+	if cfg.warmup >= cfg.duration {
+		return nil, errors.New("the warm-up must be shorter than the run")
+	}
+	dir := cfg.dir
 	bare, err := makeServerRepo(ctx, dir, cfg.server)
 	if err != nil {
 		return nil, err
@@ -225,7 +251,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*stats, error) {
 	var wg gosync.WaitGroup
 	start := time.Now()
 	for _, n := range h.nodes {
-		offset := time.Duration(rand.Int64N(int64(cfg.interval)))
+		offset := time.Duration(rand.Int64N(int64(cfg.stagger())))
 		wg.Go(func() { h.runNode(runCtx, n, offset) })
 	}
 	// Warm-up, then the steady state.
@@ -365,6 +391,7 @@ func (h *harness) do(ctx context.Context, kind string, f func(context.Context) e
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	t1 := time.Now()
 	opCtx, cancel := context.WithTimeout(ctx, 3*h.cfg.interval)
 	err := f(opCtx)
 	cancel()
@@ -372,7 +399,7 @@ func (h *harness) do(ctx context.Context, kind string, f func(context.Context) e
 	if ctx.Err() != nil {
 		return ctx.Err() // the run ended: not a failure
 	}
-	h.st.op(kind, time.Since(t0), err, h.cfg.interval)
+	h.st.op(kind, time.Since(t1), time.Since(t0), err, h.cfg.interval)
 	return err
 }
 
@@ -412,7 +439,9 @@ func (h *harness) runNode(ctx context.Context, n *node, offset time.Duration) {
 	// fetches follow the notices.
 	heartbeat := time.NewTicker(h.cfg.heartbeat)
 	defer heartbeat.Stop()
-	safety := time.NewTicker(h.cfg.safetyPoll)
+	// The safety poll runs in its own phase, as an agent's does (its
+	// poll timer is not its report timer).
+	safety := time.NewTimer(time.Duration(rand.Int64N(int64(h.cfg.safetyPoll))))
 	defer safety.Stop()
 	var change <-chan time.Time
 	nextChange := func() {
@@ -433,6 +462,7 @@ func (h *harness) runNode(ctx context.Context, n *node, offset time.Duration) {
 			publish() // same content, new time: no notice
 		case <-safety.C:
 			h.fetchChanged(ctx, n)
+			safety.Reset(h.cfg.safetyPoll)
 		case <-n.wake:
 			h.fetchChanged(ctx, n)
 		}
@@ -545,16 +575,11 @@ func takeSample(bare string, cpuFirst bool) (sample, error) {
 }
 
 func (s *sample) measureRepo(bare string) error {
-	out, err := exec.Command("du", "-sk", bare).Output()
-	if err != nil {
-		return fmt.Errorf("du: %w", err)
-	}
-	kb, _ := strconv.ParseInt(strings.Fields(string(out))[0], 10, 64)
-	s.du = kb << 10
+	s.du = diskUsage(bare)
 	cmd := exec.Command("git", "count-objects", "-v")
 	cmd.Dir = bare
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
-	out, err = cmd.Output()
+	out, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("git count-objects: %w", err)
 	}
@@ -573,6 +598,25 @@ func (s *sample) measureRepo(bare string) error {
 		}
 	}
 	return nil
+}
+
+// diskUsage is what du -s counts: the blocks of every file under dir. A
+// file that vanishes during the walk (a push's temporary objects) is not
+// counted; du would fail on it.
+func diskUsage(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 func pct(d []time.Duration, p float64) time.Duration {
@@ -598,8 +642,12 @@ func (h *harness) print(out io.Writer, before, after sample, steady time.Duratio
 		perFetch = float64(st.fetchBytes.Load()) / float64(st.fetches) / 1024
 	}
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	mode := h.cfg.mode
+	if mode == "gossip" && h.cfg.churn > 0 {
+		mode += fmt.Sprintf(", churn %g/min", h.cfg.churn)
+	}
 	row := fmt.Sprintf("| %d | %s | %s | %.0f | %.2f | %.2f | %s/%s ms | %s/%s ms | %.1f | %.1f | %d | %d | %d | %d/%d | %.2f | %.0f | %s |\n",
-		h.cfg.nodes, h.cfg.mode, h.cfg.server,
+		h.cfg.nodes, mode, h.cfg.server,
 		float64(server.Milliseconds())/float64(h.cfg.nodes)/mins, server.Seconds()/steady.Seconds(), client.Seconds()/steady.Seconds(),
 		ms(pct(st.fetchLat, .5)), ms(pct(st.fetchLat, .95)), ms(pct(st.publishLat, .5)), ms(pct(st.publishLat, .95)),
 		perFetch, float64(st.requests.Load())/steady.Seconds(), st.fetches, st.publishes, st.missed, st.failedFetch, st.failedPub,
