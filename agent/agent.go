@@ -972,17 +972,27 @@ func noticeSpacing(n int) time.Duration {
 const ringGather = 200 * time.Millisecond
 
 // pollInterval is the interval between two fetches: Options.Poll, or,
-// in a gossip ring, at least the report interval: the ring says when a
-// peer's report or the spec tip changed, and the poll is only the safety
-// net (and brings the reports of the nodes the ring does not vouch for).
+// in a gossip ring, safetyPoll: the ring says when a peer's report or the
+// spec tip changed, and the poll is only the safety net (and brings the
+// reports of the nodes the ring does not vouch for).
 //
 // A node that sees no majority of the ring alive (it may be the one cut
 // off) polls at Options.Poll: it judges the others by their reports.
 func (a *Agent) pollInterval() time.Duration {
-	if a.cluster.Gossip != nil && a.ring.on() && !a.gossipMinority() {
-		return max(a.opts.Poll, time.Duration(a.cluster.ReportInterval))
+	if a.cluster.Gossip != nil && a.ring.on() && !a.gossipMinority() && a.applied != nil {
+		return safetyPoll(a.opts.Poll, a.cluster, len(a.applied.model.Nodes))
 	}
 	return a.opts.Poll
+}
+
+// safetyPoll is the poll of a node in a gossip ring of n nodes: the
+// longest of poll, the report interval and 300 ms a node. The cluster as
+// a whole then lists the remote's refs about three times a second at
+// most, whatever its size (at 1,000 nodes the advertisement of their
+// refs is most of the git server's work), and the first node to see a new
+// tip announces it to the others.
+func safetyPoll(poll time.Duration, c render.Cluster, n int) time.Duration {
+	return max(poll, time.Duration(c.ReportInterval), time.Duration(n)*300*time.Millisecond)
 }
 
 // gossipMinority reports whether the last plan found this node's view of

@@ -151,3 +151,23 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// TestSafetyPoll: in a ring, the poll is the longest of --poll, the report
+// interval and 300 ms a node, so that a large cluster lists the refs a
+// few times a second in all.
+func TestSafetyPoll(t *testing.T) {
+	c := render.Cluster{ReportInterval: render.DefaultGossipReportInterval}
+	for _, tc := range []struct {
+		poll time.Duration
+		n    int
+		want time.Duration
+	}{
+		{10 * time.Second, 3, time.Minute},
+		{10 * time.Second, 1000, 5 * time.Minute},
+		{10 * time.Minute, 1000, 10 * time.Minute},
+	} {
+		if got := safetyPoll(tc.poll, c, tc.n); got != tc.want {
+			t.Errorf("safetyPoll(%s, %d nodes) = %s, want %s", tc.poll, tc.n, got, tc.want)
+		}
+	}
+}

@@ -16,7 +16,9 @@ import (
 var loopback = netip.MustParseAddr("127.0.0.1")
 
 // freePort returns a port free for both TCP and UDP on 127.0.0.1.
-func freePort(t *testing.T) int {
+func freePort(t *testing.T) int { return freePortTB(t) }
+
+func freePortTB(t testing.TB) int {
 	t.Helper()
 	for range 50 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
