@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/keel-dev/keel/render"
 )
@@ -240,5 +241,26 @@ func TestGossipDefaults(t *testing.T) {
 	fsys["cluster.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: test}\nspec: {gossip: {port: 7946}, reportInterval: 5s, livenessTTL: 15s}\n")}
 	if m = mustRender(t, fsys); m.Cluster.ReportInterval != render.Duration(5e9) || m.Cluster.LivenessTTL != render.Duration(15e9) {
 		t.Fatalf("gossip with intervals set: %+v", m.Cluster)
+	}
+}
+
+// TestGossipIntervalsScaleWithTheCluster: with a ring, the default
+// heartbeat is 60 s up to 300 nodes and 200 ms a node beyond, the TTL three
+// times it; set values are kept.
+func TestGossipIntervalsScaleWithTheCluster(t *testing.T) {
+	nodes := make([]string, 1000)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("n%d", i)
+	}
+	fsys := cluster(nodes, nil, "")
+	fsys["cluster.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: test}\nspec: {gossip: {port: 7946}, allowEmpty: true, podCIDR: 10.0.0.0/8, serviceCIDR: 172.16.0.0/16}\n")}
+	m := mustRender(t, fsys)
+	if m.Cluster.ReportInterval != render.Duration(200e9) || m.Cluster.LivenessTTL != render.Duration(600e9) {
+		t.Fatalf("1,000 nodes: reportInterval %s, livenessTTL %s; want 3m20s, 10m0s", m.Cluster.ReportInterval, m.Cluster.LivenessTTL)
+	}
+	for n, want := range map[int]time.Duration{1: time.Minute, 300: time.Minute, 310: time.Minute + 2*time.Second, 1000: 200 * time.Second} {
+		if got := time.Duration(render.GossipReportInterval(n)); got != want {
+			t.Errorf("GossipReportInterval(%d) = %s, want %s", n, got, want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Defaults of the Cluster document, as documented in docs/spec.md.
@@ -20,7 +21,8 @@ const (
 	DefaultReportInterval = Duration(10e9)
 	// With gossip on, liveness comes from the ring: a report is pushed
 	// when its content changes and otherwise once a heartbeat interval,
-	// so that the repository alone still shows who is alive.
+	// so that the repository alone still shows who is alive. See
+	// GossipReportInterval.
 	DefaultGossipLivenessTTL    = Duration(180e9)
 	DefaultGossipReportInterval = Duration(60e9)
 	DefaultReportRefPrefix      = "refs/keel/reports/"
@@ -56,6 +58,16 @@ type Model struct {
 	// Diagnostics holds the warnings (and, when rendering failed, the
 	// errors) found while reading.
 	Diagnostics Diagnostics `json:"-" yaml:"-"`
+}
+
+// GossipReportInterval is the default reportInterval of a cluster of n
+// nodes with a gossip ring: 60 s, or 200 ms a node if that is longer
+// (whole seconds), so that the cluster pushes at most five heartbeats a
+// second in all, whatever its size (a heartbeat push is most of a git
+// server's work at 1,000 nodes: docs/benchmarks.md). The default
+// livenessTTL is three times it.
+func GossipReportInterval(n int) Duration {
+	return Duration(max(time.Duration(DefaultGossipReportInterval), (time.Duration(n) * 200 * time.Millisecond).Round(time.Second)))
 }
 
 // Cluster holds the cluster-wide settings with their defaults applied.

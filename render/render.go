@@ -257,7 +257,8 @@ func (r *renderer) buildCluster(m *Model) {
 		if g.Port < 1 || g.Port > 65535 {
 			r.diag.errorf(d.at("spec.gossip.port"), "spec.gossip.port", "%d is not a port (1-65535): the gossip ring needs one", g.Port)
 		}
-		c.LivenessTTL, c.ReportInterval = DefaultGossipLivenessTTL, DefaultGossipReportInterval
+		c.ReportInterval = GossipReportInterval(len(r.nodes))
+		c.LivenessTTL = 3 * c.ReportInterval
 	}
 	c.LivenessTTL = cmp.Or(s.LivenessTTL, c.LivenessTTL)
 	c.ReportInterval = cmp.Or(s.ReportInterval, c.ReportInterval)
