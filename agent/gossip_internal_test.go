@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +19,9 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/keel-dev/keel/gossip"
+	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
 )
 
 // TestGossipWantsAndStale: with a ring, a fetch skips the report of a node
@@ -170,4 +173,143 @@ func TestSafetyPoll(t *testing.T) {
 			t.Errorf("safetyPoll(%s, %d nodes) = %s, want %s", tc.poll, tc.n, got, tc.want)
 		}
 	}
+}
+
+// freeRingPort returns a port free for TCP and UDP on every address.
+func freeRingPort(t *testing.T, addrs ...string) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", addrs[0]+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		ok := true
+		for _, a := range addrs {
+			ap := net.JoinHostPort(a, fmt.Sprint(port))
+			tl, err := net.Listen("tcp", ap)
+			if err != nil {
+				ok = false
+				break
+			}
+			u, err := net.ListenPacket("udp", ap)
+			tl.Close()
+			if err != nil {
+				ok = false
+				break
+			}
+			u.Close()
+		}
+		if ok {
+			return port
+		}
+	}
+	t.Fatal("no port free on every address")
+	return 0
+}
+
+// TestRingRestartKeepsWhoItSaw: a node's ring vouches for its peers, so it
+// does not fetch their heartbeats and the reports it holds grow old. When
+// its ring moves to another port (a commit the peers have not applied
+// yet), or a commit turns gossip off, the peers it saw alive a moment ago
+// must not be judged dead by those old reports: this node would take the
+// whole cluster's stateless work.
+func TestRingRestartKeepsWhoItSaw(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "gossip.key")
+	key := make([]byte, 32)
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{"127.0.1.1", "127.0.1.2", "127.0.1.3"}
+	port, moved := freeRingPort(t, addrs...), freeRingPort(t, addrs...)
+	model := func(gossipPort int) *render.Model {
+		files := fstest.MapFS{}
+		cluster := "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {livenessTTL: 180s}\n"
+		if gossipPort != 0 {
+			cluster = fmt.Sprintf("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {livenessTTL: 180s, gossip: {port: %d}}\n", gossipPort)
+		}
+		files["cluster.yaml"] = &fstest.MapFile{Data: []byte(cluster)}
+		for i, a := range addrs {
+			files[fmt.Sprintf("nodes/n%d.yaml", i+1)] = &fstest.MapFile{Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Node\nmetadata: {name: n%d}\nspec: {address: %s}\n", i+1, a)}
+		}
+		m, err := render.Render(files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	fast := gossip.Timing{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2,
+		GossipInterval: 50 * time.Millisecond, PushPullInterval: time.Second}
+	peers := map[string]netip.AddrPort{}
+	for i, a := range addrs {
+		peers[fmt.Sprintf("n%d", i+1)] = netip.AddrPortFrom(netip.MustParseAddr(a), uint16(port))
+	}
+	for i := 2; i <= 3; i++ {
+		r, err := gossip.Start(gossip.Config{Node: fmt.Sprintf("n%d", i), Addr: netip.MustParseAddr(addrs[i-1]), Port: port,
+			Keys: [][]byte{key}, Cluster: "t", Timing: fast})
+		if err != nil {
+			t.Skipf("cannot listen on %s (loopback aliases): %v", addrs[i-1], err)
+		}
+		defer r.Stop()
+		r.SetPeers(peers)
+	}
+	log := slog.New(slog.DiscardHandler)
+	k := newRingKeeper(Options{Node: "n1", Now: time.Now, GossipKeyFile: keyFile, GossipTiming: fast}, log, NewMetrics(prometheus.NewRegistry()))
+	defer k.close()
+	k.apply(model(port), false)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		g, _ := k.view(0)
+		if g != nil && g.Members["n2"].Alive && g.Members["n3"].Alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n2 and n3 never alive in n1's ring: %+v", g)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The reports n1 holds: its own, fresh; its peers', unchanged (so not
+	// fetched) for ten minutes, past the TTL of three.
+	now := time.Now()
+	reports := []report.Report{reportAt("n1", now), reportAt("n2", now.Add(-10*time.Minute)), reportAt("n3", now.Add(-10*time.Minute))}
+	alive := func(m *render.Model) string {
+		g, _ := k.view(0)
+		p := planner.Compute(planner.Input{Model: m, Commit: strings.Repeat("c", 40), Reports: reports, Now: now, Gossip: g})
+		var names []string
+		for _, n := range p.Nodes {
+			if n.Alive {
+				names = append(names, n.Name)
+			}
+		}
+		return strings.Join(names, ",")
+	}
+	if got := alive(model(port)); got != "n1,n2,n3" {
+		t.Fatalf("in the ring: alive %q, want n1,n2,n3", got)
+	}
+	// The port moves: n1's new ring holds n1 alone (n2 and n3 have not
+	// applied the commit yet).
+	m := model(moved)
+	k.apply(m, false)
+	if !k.on() {
+		t.Fatal("the ring did not move")
+	}
+	if got := alive(m); got != "n1,n2,n3" {
+		t.Errorf("after the ring moved: alive %q, want n1,n2,n3 (seen alive a moment ago)", got)
+	}
+	// Gossip turned off.
+	m = model(0)
+	k.apply(m, false)
+	if k.on() {
+		t.Fatal("still in a ring with gossip off")
+	}
+	if got := alive(m); got != "n1,n2,n3" {
+		t.Errorf("after gossip was turned off: alive %q, want n1,n2,n3 (seen alive a moment ago)", got)
+	}
+}
+
+func reportAt(node string, at time.Time) report.Report {
+	return report.Report{APIVersion: render.APIVersion, Kind: report.Kind, Node: node, Time: at,
+		Capacity: report.Capacity{CPU: 64000, Memory: 256 << 30}}
 }
