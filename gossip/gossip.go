@@ -92,6 +92,12 @@ var (
 // metaPrefix versions the metadata's encoding.
 const metaPrefix = "keel1"
 
+// leavingWord ends the metadata of a member that is leaving the ring on
+// purpose (Close: its ring moves to another port or address, gossip is
+// turned off, or it leaves the inventory): its peers then forget it
+// rather than hold it dead, and judge it by its reports (see record).
+const leavingWord = "leaving"
+
 func (m Meta) encode() []byte {
 	return []byte(metaPrefix + " " + cmpDash(m.Report) + " " + cmpDash(m.Tip))
 }
@@ -108,6 +114,9 @@ func cmpDash(s string) string {
 // know).
 func parseMeta(b []byte) (Meta, bool) {
 	f := strings.Fields(string(b))
+	if len(f) == 4 && f[3] == leavingWord {
+		f = f[:3]
+	}
 	if len(f) != 3 || f[0] != metaPrefix {
 		return Meta{}, false
 	}
@@ -125,6 +134,13 @@ func parseMeta(b []byte) (Meta, bool) {
 		m.Tip = f[2]
 	}
 	return m, true
+}
+
+// leavingMeta reports whether b is the metadata of a member that said it
+// is leaving.
+func leavingMeta(b []byte) bool {
+	_, ok := parseMeta(b)
+	return ok && len(strings.Fields(string(b))) == 4
 }
 
 // Member is one inventory node as this node's ring sees it.
@@ -160,6 +176,7 @@ type Ring struct {
 	peers   map[string]netip.AddrPort // the inventory: who may be a member, and where
 	members map[string]Member
 	meta    Meta
+	leaving bool // Close: the metadata says so
 	started time.Time
 
 	changed chan struct{}
@@ -372,10 +389,20 @@ func (r *Ring) View() View {
 func (r *Ring) Changed() <-chan struct{} { return r.changed }
 
 // Close leaves the ring (telling the peers, so that they need not detect
-// the departure) and stops it, waiting for its goroutines.
+// the departure) and stops it, waiting for its goroutines. It first
+// announces that it leaves on purpose: the peers then forget this node
+// rather than hold it dead (a leave alone is a death to them), so that a
+// ring moved to another port or turned off by a commit the peers have not
+// applied yet does not move this node's work.
 func (r *Ring) Close() error {
 	var err error
 	r.closed.Do(func() {
+		r.mu.Lock()
+		r.leaving = true
+		r.mu.Unlock()
+		if err := r.ml.UpdateNode(time.Second); err != nil {
+			r.log.Debug("announcing the departure", "err", err)
+		}
 		err = r.ml.Leave(2 * time.Second)
 		err = errors.Join(err, r.halt())
 	})
@@ -455,6 +482,13 @@ func (r *Ring) record(n *memberlist.Node, alive bool) {
 	if _, ok := r.peers[n.Name]; !ok {
 		return
 	}
+	if !alive && leavingMeta(n.Meta) {
+		// Left on purpose: not a death. The peers judge it by its reports
+		// until a ring shows it again.
+		delete(r.members, n.Name)
+		r.poke(r.changed)
+		return
+	}
 	now := r.cfg.Now()
 	m, seen := r.members[n.Name]
 	if !seen || m.Alive != alive {
@@ -503,6 +537,9 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b := r.meta.encode()
+	if r.leaving {
+		b = append(b, " "+leavingWord...)
+	}
 	if len(b) > limit {
 		return nil
 	}

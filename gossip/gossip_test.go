@@ -236,9 +236,45 @@ func TestMetaParsing(t *testing.T) {
 	if got, ok := parseMeta(Meta{}.encode()); !ok || got != (Meta{}) {
 		t.Fatalf("empty round trip: %+v %v", got, ok)
 	}
-	for _, bad := range []string{"", "keel2 - -", "keel1 - - extra", "keel1 XYZ -", "keel1 - ../../etc", "keel1 " + strings.Repeat("0F", 16) + " -"} {
+	if m, ok := parseMeta(append(m.encode(), " leaving"...)); !ok || m.Tip == "" || !leavingMeta(append(m.encode(), " leaving"...)) || leavingMeta(m.encode()) {
+		t.Errorf("a leaving member's metadata: %+v %v", m, ok)
+	}
+	for _, bad := range []string{"", "keel2 - -", "keel1 - - extra", "keel1 - - leaving extra", "keel1 XYZ -", "keel1 - ../../etc", "keel1 " + strings.Repeat("0F", 16) + " -"} {
 		if _, ok := parseMeta([]byte(bad)); ok {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestRingCloseIsNoDeath: a member that leaves on purpose (Close: its ring
+// moves to another port, or a commit turns gossip off, before its peers
+// apply that commit) is forgotten, not held dead: a death would move its
+// work at once, though it is alive and reporting. A member that vanishes
+// is still found dead (TestRingLivenessAndMeta).
+func TestRingCloseIsNoDeath(t *testing.T) {
+	rings := startRings(t, []string{"a", "b", "c"}, nil, "a", "b", "c")
+	for _, n := range []string{"a", "b"} {
+		waitView(t, rings[n], "all alive", func(v View) bool { return aliveSet(v) == "a,b,c" })
+	}
+	if err := rings["c"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b"} {
+		waitView(t, rings[n], "c gone", func(v View) bool { m, ok := v.Members["c"]; return !ok || !m.Alive })
+		if m, ok := rings[n].View().Members["c"]; ok {
+			t.Errorf("%s holds c, which left on purpose, as %+v: dead at once", n, m)
+		}
+	}
+	// Back (the same name and address): a member again, not dated as a
+	// return from the dead.
+	r, err := Start(Config{Node: "c", Addr: loopback, Port: rings["c"].port, Keys: [][]byte{key(1)}, Cluster: "test", Timing: fast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.SetPeers(map[string]netip.AddrPort{"a": netip.AddrPortFrom(loopback, uint16(rings["a"].port))})
+	waitView(t, rings["a"], "c back", func(v View) bool { return v.Members["c"].Alive })
+	if m := rings["a"].View().Members["c"]; !m.Rejoined.IsZero() {
+		t.Errorf("c back after leaving on purpose is dated as a return from the dead: %+v", m)
 	}
 }
