@@ -977,10 +977,20 @@ const ringGather = 200 * time.Millisecond
 // reports of the nodes the ring does not vouch for).
 //
 // A node that sees no majority of the ring alive (it may be the one cut
-// off) polls at Options.Poll: it judges the others by their reports.
+// off) polls at Options.Poll: it judges the others by their reports. So
+// does, at a third of livenessTTL at most, a node whose ring holds a node
+// dead that its reports keep alive (planner.WarnGossipCutOff): only the
+// poll brings those reports, and a safety poll longer than the TTL (300 ms
+// a node: 5 min on 1,000 nodes, against a TTL of 3) would let the cut-off
+// node die and come back at every poll, its work moving each time.
 func (a *Agent) pollInterval() time.Duration {
 	if a.cluster.Gossip != nil && a.ring.on() && !a.gossipMinority() && a.applied != nil {
-		return safetyPoll(a.opts.Poll, a.cluster, len(a.applied.model.Nodes))
+		d := safetyPoll(a.opts.Poll, a.cluster, len(a.applied.model.Nodes))
+		if a.plan != nil && hasWarning(a.plan, planner.WarnGossipCutOff) {
+			ttl := time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultGossipLivenessTTL))
+			d = min(d, max(a.opts.Poll, ttl/3))
+		}
+		return d
 	}
 	return a.opts.Poll
 }

@@ -313,3 +313,41 @@ func reportAt(node string, at time.Time) report.Report {
 	return report.Report{APIVersion: render.APIVersion, Kind: report.Kind, Node: node, Time: at,
 		Capacity: report.Capacity{CPU: 64000, Memory: 256 << 30}}
 }
+
+// TestPollWithACutOffNode: on a large cluster the safety poll (5 min on
+// 1,000 nodes) is longer than the TTL (3 min); a node the ring lost but
+// whose reports still come is kept alive only by reports the poll brings,
+// so while there is one the poll is a third of the TTL at most: it must
+// not die and come back at every poll, its work moving each time.
+func TestPollWithACutOffNode(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freeRingPort(t, "127.0.0.1")
+	own, err := render.Render(fstest.MapFS{
+		"cluster.yaml":  {Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {gossip: {port: %d}}\n", port)},
+		"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 127.0.0.1}\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newRingKeeper(Options{Node: "n1", Now: time.Now, GossipKeyFile: keyFile}, slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()))
+	defer k.close()
+	k.apply(own, false)
+	if !k.on() {
+		t.Fatal("ring not started")
+	}
+	// The loop's state on a node of a 1,000-node cluster at the defaults.
+	big := &render.Model{Cluster: own.Cluster, Nodes: make([]render.Node, 1000)}
+	a := &Agent{opts: Options{Poll: 10 * time.Second}, cluster: own.Cluster, ring: k, applied: &appliedCommit{model: big},
+		plan: &planner.Plan{}}
+	if got := a.pollInterval(); got != 5*time.Minute {
+		t.Fatalf("safety poll %s, want 5m", got)
+	}
+	a.plan.Warnings = []planner.Warning{{Code: planner.WarnGossipCutOff, Subject: "n7"}}
+	if got, ttl := a.pollInterval(), time.Duration(own.Cluster.LivenessTTL); got > ttl/3 {
+		t.Errorf("poll %s with a node cut off from the ring, want at most a third of the TTL %s", got, ttl)
+	}
+}
