@@ -978,21 +978,37 @@ const ringGather = 200 * time.Millisecond
 //
 // A node that sees no majority of the ring alive (it may be the one cut
 // off) polls at Options.Poll: it judges the others by their reports. So
-// does, at a third of livenessTTL at most, a node whose ring holds a node
-// dead that its reports keep alive (planner.WarnGossipCutOff): only the
-// poll brings those reports, and a safety poll longer than the TTL (300 ms
-// a node: 5 min on 1,000 nodes, against a TTL of 3) would let the cut-off
-// node die and come back at every poll, its work moving each time.
+// does, at a third of livenessTTL at most, a node whose last plan holds a
+// node alive that its ring does not (cut off from the ring, never seen in
+// it, or gone from it on purpose): only the poll brings that node's
+// reports, and a safety poll longer than the TTL (300 ms a node: 5 min on
+// 1,000 nodes, against a TTL of 3) would let it die and come back at every
+// poll, its work moving each time.
 func (a *Agent) pollInterval() time.Duration {
 	if a.cluster.Gossip != nil && a.ring.on() && !a.gossipMinority() && a.applied != nil {
 		d := safetyPoll(a.opts.Poll, a.cluster, len(a.applied.model.Nodes))
-		if a.plan != nil && hasWarning(a.plan, planner.WarnGossipCutOff) {
+		if a.aliveByReports() {
 			ttl := time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultGossipLivenessTTL))
 			d = min(d, max(a.opts.Poll, ttl/3))
 		}
 		return d
 	}
 	return a.opts.Poll
+}
+
+// aliveByReports reports whether the last plan holds a node alive that
+// the ring does not: its reports alone keep it alive.
+func (a *Agent) aliveByReports() bool {
+	v, on := a.ring.members()
+	if !on || a.plan == nil {
+		return false
+	}
+	for _, n := range a.plan.Nodes {
+		if n.Alive && n.Name != a.opts.Node && !v.Members[n.Name].Alive {
+			return true
+		}
+	}
+	return false
 }
 
 // safetyPoll is the poll of a node in a gossip ring of n nodes: the
