@@ -930,7 +930,7 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 		content = string(r.Marshal())
 		r.Time, r.Clock = t, c
 	}
-	interval := heartbeat(a.cluster, a.ring.on() && a.gossipMinority())
+	interval := a.heartbeatInterval()
 	due := now.Sub(a.lastPublish.at) >= interval
 	if content == a.lastPublish.content && !due {
 		a.heldSince = time.Time{}
@@ -1019,6 +1019,17 @@ func (a *Agent) aliveByReports() bool {
 // tip announces it to the others.
 func safetyPoll(poll time.Duration, c render.Cluster, n int) time.Duration {
 	return max(poll, time.Duration(c.ReportInterval), time.Duration(n)*300*time.Millisecond)
+}
+
+// heartbeatInterval is the interval between two pushes of an unchanged
+// report: the short one (see heartbeat) while this node sees no majority
+// of its ring, or while a node its ring does not see is alive by its
+// reports alone: such a node (an agent that refused the commit that turned
+// gossip on, or runs a version without gossip) may judge this one by its
+// reports at a TTL of 30 s, and would hold it dead between two heartbeats
+// of a minute, and take its work.
+func (a *Agent) heartbeatInterval() time.Duration {
+	return heartbeat(a.cluster, a.ring.on() && (a.gossipMinority() || a.aliveByReports()))
 }
 
 // gossipMinority reports whether the last plan found this node's view of

@@ -358,3 +358,39 @@ func TestPollWithACutOffNode(t *testing.T) {
 		t.Errorf("safety poll %s with the other node dead, want 5m", got)
 	}
 }
+
+// TestHeartbeatWithANodeOutsideTheRing: a node outside the ring but alive
+// by its reports (it refused the commit that turned gossip on, or its
+// agent has no gossip) judges this node by its reports, at the TTL of a
+// cluster without gossip (30 s): this node's heartbeat is then the short
+// one, not the ring's minute.
+func TestHeartbeatWithANodeOutsideTheRing(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freeRingPort(t, "127.0.0.1")
+	m, err := render.Render(fstest.MapFS{
+		"cluster.yaml":  {Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {gossip: {port: %d}}\n", port)},
+		"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 127.0.0.1}\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newRingKeeper(Options{Node: "n1", Now: time.Now, GossipKeyFile: keyFile}, slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()))
+	defer k.close()
+	k.apply(m, false)
+	if !k.on() {
+		t.Fatal("ring not started")
+	}
+	a := &Agent{opts: Options{Node: "n1", Poll: 10 * time.Second}, cluster: m.Cluster, ring: k, applied: &appliedCommit{model: m},
+		plan: &planner.Plan{Nodes: []planner.Node{{Name: "n1", Alive: true}}}}
+	if got := a.heartbeatInterval(); got != time.Minute {
+		t.Fatalf("heartbeat %s with every node in the ring, want 1m", got)
+	}
+	a.plan.Nodes = append(a.plan.Nodes, planner.Node{Name: "n2", Alive: true})
+	if got := a.heartbeatInterval(); got != 10*time.Second {
+		t.Errorf("heartbeat %s with n2 alive outside the ring, want 10s", got)
+	}
+}
