@@ -72,6 +72,9 @@ type Timing struct {
 	SuspicionMult    int
 	GossipInterval   time.Duration
 	PushPullInterval time.Duration
+	// TCPTimeout bounds a join's or a push-pull's TCP connection (10 s
+	// by default).
+	TCPTimeout time.Duration
 }
 
 // Meta is what a member announces: the content version of its report and
@@ -291,6 +294,9 @@ func Start(cfg Config) (*Ring, error) {
 	if t.PushPullInterval > 0 {
 		mc.PushPullInterval = t.PushPullInterval
 	}
+	if t.TCPTimeout > 0 {
+		mc.TCPTimeout = t.TCPTimeout
+	}
 	// The ring's own node is a member from the start, and the inventory
 	// check must let it in before SetPeers is first called.
 	r.peers[cfg.Node] = netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port))
@@ -448,7 +454,10 @@ func (r *Ring) joinLoop() {
 	}
 }
 
-// join contacts the inventory's nodes that are not alive in the view.
+// join contacts the inventory's nodes that are not alive in the view, one
+// at a time, and stops between two when the ring stops: a node that drops
+// the connection costs a TCP timeout (10 s), and Stop, Close and the
+// agent's stall wait for the join under way.
 func (r *Ring) join() {
 	r.mu.Lock()
 	var addrs []string
@@ -463,8 +472,19 @@ func (r *Ring) join() {
 		return
 	}
 	slices.Sort(addrs)
-	if n, err := r.ml.Join(addrs); err != nil && n == 0 {
-		r.log.Debug("joining the gossip ring", "tried", len(addrs), "err", err)
+	joined := 0
+	for _, addr := range addrs {
+		select {
+		case <-r.stop:
+			return
+		default:
+		}
+		if n, _ := r.ml.Join([]string{addr}); n > 0 {
+			joined++
+		}
+	}
+	if joined == 0 {
+		r.log.Debug("joining the gossip ring: no node reached", "tried", len(addrs))
 	}
 }
 

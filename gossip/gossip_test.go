@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -277,4 +281,87 @@ func TestRingCloseIsNoDeath(t *testing.T) {
 	if m := rings["a"].View().Members["c"]; !m.Rejoined.IsZero() {
 		t.Errorf("c back after leaving on purpose is dated as a return from the dead: %+v", m)
 	}
+}
+
+// TestRingStopsDuringAJoin: joining nodes that drop the connection (down,
+// firewalled) costs a TCP timeout each; stopping the ring (the agent's
+// shutdown, a stuck loop, a ring that moves) waits for one at most, not
+// for every unreachable node of the inventory in turn.
+func TestRingStopsDuringAJoin(t *testing.T) {
+	// A listener whose accept queue is full drops the SYNs: a dial to it
+	// hangs until its timeout.
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hole := netip.AddrPortFrom(loopback, uint16(sa.(*syscall.SockaddrInet4).Port))
+	c, err := net.Dial("tcp", hole.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c, err := net.DialTimeout("tcp", hole.String(), 200*time.Millisecond); err == nil {
+		c.Close()
+		t.Skip("this system does not drop the SYNs of a full accept queue")
+	}
+
+	var logs lockedBuffer
+	timing := fast
+	timing.TCPTimeout = time.Second
+	port := freePort(t)
+	r, err := Start(Config{Node: "a", Addr: loopback, Port: port, Keys: [][]byte{key(1)}, Cluster: "test", Timing: timing,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := map[string]netip.AddrPort{}
+	for i := range 8 {
+		peers[fmt.Sprintf("x%d", i)] = hole
+	}
+	r.SetPeers(peers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for !strings.Contains(logs.String(), "failed to join") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no join tried: %s", logs.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	start := time.Now()
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Seven more nodes would take 7 s; one, 1 s.
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("Stop took %s during a join of unreachable nodes (a TCP timeout is 1 s)", took)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
