@@ -7,14 +7,17 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -22,6 +25,7 @@ import (
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
+	"github.com/keel-dev/keel/sync"
 )
 
 // TestGossipWantsAndStale: with a ring, a fetch skips the report of a node
@@ -392,5 +396,39 @@ func TestHeartbeatWithANodeOutsideTheRing(t *testing.T) {
 	a.plan.Nodes = append(a.plan.Nodes, planner.Node{Name: "n2", Alive: true})
 	if got := a.heartbeatInterval(); got != 10*time.Second {
 		t.Errorf("heartbeat %s with n2 alive outside the ring, want 10s", got)
+	}
+}
+
+// TestPublisherLongHeartbeatIsNoStall: with a ring the loop hands an
+// unchanged report only once a report interval; an interval longer than
+// the stall limit (a reportInterval of 2 min against 3 × 5 s + 1 min) must
+// not be taken for a stuck loop, which stops the heartbeat and the ring
+// (the peers then find the node dead and move its work) at every
+// interval.
+func TestPublisherLongHeartbeatIsNoStall(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	bare := filepath.Join(t.TempDir(), "c.git")
+	if out, err := exec.Command("git", "init", "-q", "--bare", "-b", "main", bare).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var stalls atomic.Int32
+	p := newPublisher(Options{Node: "n1", StateDir: t.TempDir(), Remote: sync.Remote{URL: bare}, GitTimeout: time.Minute, Now: time.Now},
+		slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()), 300*time.Millisecond, nil, func() { stalls.Add(1) })
+	defer p.close()
+	const interval = time.Second
+	// The loop passes often but hands the unchanged report only when an
+	// interval has gone since the last hand-off (Agent.publish's due).
+	for range 4 {
+		now := time.Now()
+		p.publish(publication{report: reportAt("n1", now), builtAt: now, prefix: render.DefaultReportRefPrefix, interval: interval, ttl: time.Minute})
+		time.Sleep(interval + 100*time.Millisecond) // the loop's pace, not a wait on a condition
+	}
+	if n := stalls.Load(); n != 0 {
+		t.Errorf("the publisher took a loop that hands a report once an interval for a stuck one %d times", n)
+	}
+	if n := testutil.ToFloat64(p.metrics.ReportPushes); n < 4 {
+		t.Errorf("%v pushes, want at least the 4 hand-offs", n)
 	}
 }
