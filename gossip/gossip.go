@@ -335,8 +335,27 @@ func (r *Ring) SetPeers(peers map[string]netip.AddrPort) {
 	}
 	r.mu.Unlock()
 	if changed {
+		r.admitKnown()
 		r.poke(r.rejoin)
 		r.poke(r.changed)
+	}
+}
+
+// admitKnown records the members memberlist holds alive that the view
+// lacks: a node removed from the inventory and listed again (or listed
+// first after it joined) is alive in memberlist all along, which tells of
+// it again only when it changes.
+func (r *Ring) admitKnown() {
+	for _, n := range r.ml.Members() {
+		addr, _ := netip.AddrFromSlice(n.Addr)
+		r.mu.Lock()
+		want, listed := r.peers[n.Name]
+		_, seen := r.members[n.Name]
+		r.mu.Unlock()
+		if !listed || seen || netip.AddrPortFrom(addr.Unmap(), n.Port) != want {
+			continue
+		}
+		r.recordNew(n)
 	}
 }
 
@@ -499,6 +518,10 @@ func (r *Ring) poke(c chan struct{}) {
 func (r *Ring) record(n *memberlist.Node, alive bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.recordLocked(n, alive)
+}
+
+func (r *Ring) recordLocked(n *memberlist.Node, alive bool) {
 	if _, ok := r.peers[n.Name]; !ok {
 		return
 	}
@@ -521,6 +544,15 @@ func (r *Ring) record(n *memberlist.Node, alive bool) {
 	m.Meta, m.HasMeta = parseMeta(n.Meta)
 	r.members[n.Name] = m
 	r.poke(r.changed)
+}
+
+// recordNew records n alive unless an event recorded it meanwhile.
+func (r *Ring) recordNew(n *memberlist.Node) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, seen := r.members[n.Name]; !seen {
+		r.recordLocked(n, true)
+	}
 }
 
 // admission lets in the inventory's nodes only, at their inventory

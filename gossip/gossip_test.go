@@ -365,3 +365,24 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestRingListsAgainAMemberAlreadyAlive: a node dropped from the inventory
+// and listed again (a commit reverted) never stopped being alive in
+// memberlist, which tells of it only when it changes: the view must hold
+// it again at once, not judge it by its reports until its next change.
+func TestRingListsAgainAMemberAlreadyAlive(t *testing.T) {
+	rings := startRings(t, []string{"a", "b"}, nil, "a", "b")
+	waitView(t, rings["a"], "both alive", func(v View) bool { return aliveSet(v) == "a,b" })
+	all := map[string]netip.AddrPort{
+		"a": netip.AddrPortFrom(loopback, uint16(rings["a"].port)),
+		"b": netip.AddrPortFrom(loopback, uint16(rings["b"].port)),
+	}
+	rings["a"].SetPeers(map[string]netip.AddrPort{"a": all["a"]})
+	if _, ok := rings["a"].View().Members["b"]; ok {
+		t.Fatal("b still in the view after it left the inventory")
+	}
+	rings["a"].SetPeers(all)
+	if m := rings["a"].View().Members["b"]; !m.Alive {
+		t.Errorf("b, alive all along, is not in the view once listed again: %+v", m)
+	}
+}
