@@ -138,8 +138,14 @@ func TestRingComesBackAndIsDatedRejoined(t *testing.T) {
 	rings := startRings(t, []string{"a", "b", "c"}, nil, "a", "b", "c")
 	waitView(t, rings["a"], "all alive", func(v View) bool { return aliveSet(v) == "a,b,c" })
 	port := rings["c"].port
-	rings["c"].Close()
-	waitView(t, rings["a"], "c gone", func(v View) bool { return !v.Members["c"].Alive })
+	// c vanishes (no leave message: a Close is no death, see
+	// TestRingCloseIsNoDeath).
+	rings["c"].closed.Do(func() {
+		if err := rings["c"].halt(); err != nil {
+			t.Error(err)
+		}
+	})
+	waitView(t, rings["a"], "c dead", func(v View) bool { m, ok := v.Members["c"]; return ok && !m.Alive })
 	// c starts again on the same address: the rejoin loop (or its own
 	// join) brings it back, dated as a return.
 	peers := map[string]netip.AddrPort{}
