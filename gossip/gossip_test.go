@@ -263,7 +263,7 @@ func TestMetaParsing(t *testing.T) {
 // is still found dead (TestRingLivenessAndMeta).
 func TestRingCloseIsNoDeath(t *testing.T) {
 	rings := startRings(t, []string{"a", "b", "c"}, nil, "a", "b", "c")
-	for _, n := range []string{"a", "b"} {
+	for _, n := range []string{"a", "b", "c"} {
 		waitView(t, rings[n], "all alive", func(v View) bool { return aliveSet(v) == "a,b,c" })
 	}
 	if err := rings["c"].Close(); err != nil {
