@@ -426,7 +426,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				// Fetches on notices are spaced (noticeSpacing), so that a
 				// deploy that changes every report at once does not have
 				// every node fetch continuously.
-				wait := a.lastNoticeFetch.Add(noticeSpacing(len(a.applied.model.Nodes))).Sub(time.Now())
+				wait := time.Until(a.lastNoticeFetch.Add(noticeSpacing(len(a.applied.model.Nodes))))
 				if wait <= 0 {
 					a.lastNoticeFetch = time.Now()
 					a.git.fetch()
