@@ -182,6 +182,13 @@ func TestSafetyPoll(t *testing.T) {
 // freeRingPort returns a port free for TCP and UDP on every address.
 func freeRingPort(t *testing.T, addrs ...string) int {
 	t.Helper()
+	for _, a := range addrs {
+		l, err := net.Listen("tcp", a+":0")
+		if err != nil {
+			t.Skipf("cannot listen on %s (loopback aliases, as localcluster's): %v", a, err)
+		}
+		l.Close()
+	}
 	for range 50 {
 		l, err := net.Listen("tcp", addrs[0]+":0")
 		if err != nil {
