@@ -11,6 +11,7 @@ require (
 	github.com/go-acme/lego/v5 v5.6.0
 	github.com/go-git/go-git/v5 v5.19.3
 	github.com/grafana/grafana-foundation-sdk/go v0.0.22
+	github.com/hashicorp/memberlist v0.7.0
 	github.com/hiddeco/sshsig v0.2.0
 	github.com/miekg/dns v1.1.73
 	github.com/ovh/go-ovh v1.9.0
@@ -52,7 +53,6 @@ require (
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/hashicorp/go-sockaddr v1.0.7 // indirect
 	github.com/hashicorp/golang-lru v1.0.2 // indirect
-	github.com/hashicorp/memberlist v0.7.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jbenet/go-context v0.0.0-20150711004518-d14ea06fba99 // indirect
 	github.com/kevinburke/ssh_config v1.2.0 // indirect

@@ -426,7 +426,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				// Fetches on notices are spaced (noticeSpacing), so that a
 				// deploy that changes every report at once does not have
 				// every node fetch continuously.
-				wait := a.lastNoticeFetch.Add(noticeSpacing(len(a.applied.model.Nodes))).Sub(time.Now())
+				wait := time.Until(a.lastNoticeFetch.Add(noticeSpacing(len(a.applied.model.Nodes))))
 				if wait <= 0 {
 					a.lastNoticeFetch = time.Now()
 					a.git.fetch()
@@ -930,7 +930,7 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 		content = string(r.Marshal())
 		r.Time, r.Clock = t, c
 	}
-	interval := heartbeat(a.cluster, a.ring.on() && a.gossipMinority())
+	interval := a.heartbeatInterval()
 	due := now.Sub(a.lastPublish.at) >= interval
 	if content == a.lastPublish.content && !due {
 		a.heldSince = time.Time{}
@@ -977,12 +977,38 @@ const ringGather = 200 * time.Millisecond
 // reports of the nodes the ring does not vouch for).
 //
 // A node that sees no majority of the ring alive (it may be the one cut
-// off) polls at Options.Poll: it judges the others by their reports.
+// off) polls at Options.Poll: it judges the others by their reports. So
+// does, at a third of livenessTTL at most, a node whose last plan holds a
+// node alive that its ring does not (cut off from the ring, never seen in
+// it, or gone from it on purpose): only the poll brings that node's
+// reports, and a safety poll longer than the TTL (300 ms a node: 5 min on
+// 1,000 nodes, against a TTL of 3) would let it die and come back at every
+// poll, its work moving each time.
 func (a *Agent) pollInterval() time.Duration {
 	if a.cluster.Gossip != nil && a.ring.on() && !a.gossipMinority() && a.applied != nil {
-		return safetyPoll(a.opts.Poll, a.cluster, len(a.applied.model.Nodes))
+		d := safetyPoll(a.opts.Poll, a.cluster, len(a.applied.model.Nodes))
+		if a.aliveByReports() {
+			ttl := time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultGossipLivenessTTL))
+			d = min(d, max(a.opts.Poll, ttl/3))
+		}
+		return d
 	}
 	return a.opts.Poll
+}
+
+// aliveByReports reports whether the last plan holds a node alive that
+// the ring does not: its reports alone keep it alive.
+func (a *Agent) aliveByReports() bool {
+	v, on := a.ring.members()
+	if !on || a.plan == nil {
+		return false
+	}
+	for _, n := range a.plan.Nodes {
+		if n.Alive && n.Name != a.opts.Node && !v.Members[n.Name].Alive {
+			return true
+		}
+	}
+	return false
 }
 
 // safetyPoll is the poll of a node in a gossip ring of n nodes: the
@@ -993,6 +1019,17 @@ func (a *Agent) pollInterval() time.Duration {
 // tip announces it to the others.
 func safetyPoll(poll time.Duration, c render.Cluster, n int) time.Duration {
 	return max(poll, time.Duration(c.ReportInterval), time.Duration(n)*300*time.Millisecond)
+}
+
+// heartbeatInterval is the interval between two pushes of an unchanged
+// report: the short one (see heartbeat) while this node sees no majority
+// of its ring, or while a node its ring does not see is alive by its
+// reports alone: such a node (an agent that refused the commit that turned
+// gossip on, or runs a version without gossip) may judge this one by its
+// reports at a TTL of 30 s, and would hold it dead between two heartbeats
+// of a minute, and take its work.
+func (a *Agent) heartbeatInterval() time.Duration {
+	return heartbeat(a.cluster, a.ring.on() && (a.gossipMinority() || a.aliveByReports()))
 }
 
 // gossipMinority reports whether the last plan found this node's view of

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	gosync "sync"
 	"time"
@@ -40,6 +41,12 @@ type ringKeeper struct {
 	// changed carries the ring's Changed signals to the loop; it stays the
 	// same channel across ring restarts.
 	changed chan struct{}
+	// seen is when a ring of this node last saw each inventory node alive
+	// (this node's clock), kept across the ring's restarts and after it
+	// stops (planner.Gossip.Seen): the reports of the nodes a ring
+	// vouched for were not fetched, and must not make them look dead to
+	// the ring that follows, or to none.
+	seen    map[string]time.Time
 	forward gosync.WaitGroup
 	stopFwd chan struct{}
 }
@@ -51,7 +58,7 @@ const retryStart = 30 * time.Second
 func newRingKeeper(opts Options, log *slog.Logger, metrics *Metrics) *ringKeeper {
 	return &ringKeeper{
 		node: opts.Node, keyFile: opts.GossipKeyFile, timing: opts.GossipTiming, log: log, metrics: metrics, now: opts.Now,
-		changed: make(chan struct{}, 1),
+		changed: make(chan struct{}, 1), seen: map[string]time.Time{},
 	}
 }
 
@@ -65,6 +72,11 @@ func (k *ringKeeper) apply(m *render.Model, leaving bool) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	for name := range k.seen {
+		if m.Node(name) == nil {
+			delete(k.seen, name)
+		}
+	}
 	if k.ring != nil && (want != k.at || m.Cluster.Name != k.cluster) {
 		k.stopLocked(true)
 	}
@@ -210,23 +222,43 @@ func (k *ringKeeper) members() (gossip.View, bool) {
 
 // view returns the ring as this node sees it now, its times moved by
 // offset (the cluster clock's lead on this node's clock), or nil when this
-// node is in no ring.
+// node is in no ring and none of its rings ever saw a node alive. Out of a
+// ring, the view holds only when a ring last saw each node (Seen).
 func (k *ringKeeper) view(offset time.Duration) (*planner.Gossip, gossip.View) {
 	k.mu.Lock()
 	ring := k.ring
 	k.mu.Unlock()
-	if ring == nil {
-		return nil, gossip.View{}
+	var v gossip.View
+	if ring != nil {
+		v = ring.View()
 	}
-	v := ring.View()
-	g := &planner.Gossip{Members: make(map[string]planner.Member, len(v.Members))}
-	alive, dead := 0, 0
+	now := k.now()
+	k.mu.Lock()
+	for name, m := range v.Members {
+		if m.Alive {
+			k.seen[name] = now
+		}
+	}
+	seen := maps.Clone(k.seen)
+	k.mu.Unlock()
+	if ring == nil && len(seen) == 0 {
+		return nil, v
+	}
 	shift := func(t time.Time) time.Time {
 		if t.IsZero() {
 			return t
 		}
 		return t.Add(offset)
 	}
+	g := &planner.Gossip{Seen: make(map[string]time.Time, len(seen))}
+	for name, t := range seen {
+		g.Seen[name] = shift(t)
+	}
+	if ring == nil {
+		return g, v
+	}
+	g.Members = make(map[string]planner.Member, len(v.Members))
+	alive, dead := 0, 0
 	for name, m := range v.Members {
 		g.Members[name] = planner.Member{Alive: m.Alive, Since: shift(m.Since), Rejoined: shift(m.Rejoined)}
 		if m.Alive {

@@ -5,20 +5,27 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/keel-dev/keel/gossip"
+	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+	"github.com/keel-dev/keel/sync"
 )
 
 // TestGossipWantsAndStale: with a ring, a fetch skips the report of a node
@@ -169,5 +176,266 @@ func TestSafetyPoll(t *testing.T) {
 		if got := safetyPoll(tc.poll, c, tc.n); got != tc.want {
 			t.Errorf("safetyPoll(%s, %d nodes) = %s, want %s", tc.poll, tc.n, got, tc.want)
 		}
+	}
+}
+
+// freeRingPort returns a port free for TCP and UDP on every address.
+func freeRingPort(t *testing.T, addrs ...string) int {
+	t.Helper()
+	for _, a := range addrs {
+		l, err := net.Listen("tcp", a+":0")
+		if err != nil {
+			t.Skipf("cannot listen on %s (loopback aliases, as localcluster's): %v", a, err)
+		}
+		l.Close()
+	}
+	for range 50 {
+		l, err := net.Listen("tcp", addrs[0]+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		ok := true
+		for _, a := range addrs {
+			ap := net.JoinHostPort(a, fmt.Sprint(port))
+			tl, err := net.Listen("tcp", ap)
+			if err != nil {
+				ok = false
+				break
+			}
+			u, err := net.ListenPacket("udp", ap)
+			tl.Close()
+			if err != nil {
+				ok = false
+				break
+			}
+			u.Close()
+		}
+		if ok {
+			return port
+		}
+	}
+	t.Fatal("no port free on every address")
+	return 0
+}
+
+// TestRingRestartKeepsWhoItSaw: a node's ring vouches for its peers, so it
+// does not fetch their heartbeats and the reports it holds grow old. When
+// its ring moves to another port (a commit the peers have not applied
+// yet), or a commit turns gossip off, the peers it saw alive a moment ago
+// must not be judged dead by those old reports: this node would take the
+// whole cluster's stateless work.
+func TestRingRestartKeepsWhoItSaw(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "gossip.key")
+	key := make([]byte, 32)
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{"127.0.1.1", "127.0.1.2", "127.0.1.3"}
+	port, moved := freeRingPort(t, addrs...), freeRingPort(t, addrs...)
+	model := func(gossipPort int) *render.Model {
+		files := fstest.MapFS{}
+		cluster := "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {livenessTTL: 180s}\n"
+		if gossipPort != 0 {
+			cluster = fmt.Sprintf("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {livenessTTL: 180s, gossip: {port: %d}}\n", gossipPort)
+		}
+		files["cluster.yaml"] = &fstest.MapFile{Data: []byte(cluster)}
+		for i, a := range addrs {
+			files[fmt.Sprintf("nodes/n%d.yaml", i+1)] = &fstest.MapFile{Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Node\nmetadata: {name: n%d}\nspec: {address: %s}\n", i+1, a)}
+		}
+		m, err := render.Render(files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	fast := gossip.Timing{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2,
+		GossipInterval: 50 * time.Millisecond, PushPullInterval: time.Second}
+	peers := map[string]netip.AddrPort{}
+	for i, a := range addrs {
+		peers[fmt.Sprintf("n%d", i+1)] = netip.AddrPortFrom(netip.MustParseAddr(a), uint16(port))
+	}
+	for i := 2; i <= 3; i++ {
+		r, err := gossip.Start(gossip.Config{Node: fmt.Sprintf("n%d", i), Addr: netip.MustParseAddr(addrs[i-1]), Port: port,
+			Keys: [][]byte{key}, Cluster: "t", Timing: fast})
+		if err != nil {
+			t.Skipf("cannot listen on %s (loopback aliases): %v", addrs[i-1], err)
+		}
+		defer r.Stop()
+		r.SetPeers(peers)
+	}
+	log := slog.New(slog.DiscardHandler)
+	k := newRingKeeper(Options{Node: "n1", Now: time.Now, GossipKeyFile: keyFile, GossipTiming: fast}, log, NewMetrics(prometheus.NewRegistry()))
+	defer k.close()
+	k.apply(model(port), false)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		g, _ := k.view(0)
+		if g != nil && g.Members["n2"].Alive && g.Members["n3"].Alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n2 and n3 never alive in n1's ring: %+v", g)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The reports n1 holds: its own, fresh; its peers', unchanged (so not
+	// fetched) for ten minutes, past the TTL of three.
+	now := time.Now()
+	reports := []report.Report{reportAt("n1", now), reportAt("n2", now.Add(-10*time.Minute)), reportAt("n3", now.Add(-10*time.Minute))}
+	alive := func(m *render.Model) string {
+		g, _ := k.view(0)
+		p := planner.Compute(planner.Input{Model: m, Commit: strings.Repeat("c", 40), Reports: reports, Now: now, Gossip: g})
+		var names []string
+		for _, n := range p.Nodes {
+			if n.Alive {
+				names = append(names, n.Name)
+			}
+		}
+		return strings.Join(names, ",")
+	}
+	if got := alive(model(port)); got != "n1,n2,n3" {
+		t.Fatalf("in the ring: alive %q, want n1,n2,n3", got)
+	}
+	// The port moves: n1's new ring holds n1 alone (n2 and n3 have not
+	// applied the commit yet).
+	m := model(moved)
+	k.apply(m, false)
+	if !k.on() {
+		t.Fatal("the ring did not move")
+	}
+	if got := alive(m); got != "n1,n2,n3" {
+		t.Errorf("after the ring moved: alive %q, want n1,n2,n3 (seen alive a moment ago)", got)
+	}
+	// Gossip turned off.
+	m = model(0)
+	k.apply(m, false)
+	if k.on() {
+		t.Fatal("still in a ring with gossip off")
+	}
+	if got := alive(m); got != "n1,n2,n3" {
+		t.Errorf("after gossip was turned off: alive %q, want n1,n2,n3 (seen alive a moment ago)", got)
+	}
+}
+
+func reportAt(node string, at time.Time) report.Report {
+	return report.Report{APIVersion: render.APIVersion, Kind: report.Kind, Node: node, Time: at,
+		Capacity: report.Capacity{CPU: 64000, Memory: 256 << 30}}
+}
+
+// TestPollWithACutOffNode: on a large cluster the safety poll (5 min on
+// 1,000 nodes) is longer than the TTL (3 min); a node alive by its reports
+// alone (the ring lost it but its reports still come, or the ring never
+// saw it: no key, an old agent) is kept alive only by the reports the poll
+// brings, so while there is one the poll is a third of the TTL at most: it
+// must not die and come back at every poll, its work moving each time.
+func TestPollWithACutOffNode(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freeRingPort(t, "127.0.0.1")
+	own, err := render.Render(fstest.MapFS{
+		"cluster.yaml":  {Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {gossip: {port: %d}}\n", port)},
+		"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 127.0.0.1}\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newRingKeeper(Options{Node: "n1", Now: time.Now, GossipKeyFile: keyFile}, slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()))
+	defer k.close()
+	k.apply(own, false)
+	if !k.on() {
+		t.Fatal("ring not started")
+	}
+	// The loop's state on a node of a 1,000-node cluster at the defaults.
+	big := &render.Model{Cluster: own.Cluster, Nodes: make([]render.Node, 1000)}
+	a := &Agent{opts: Options{Poll: 10 * time.Second}, cluster: own.Cluster, ring: k, applied: &appliedCommit{model: big},
+		plan: &planner.Plan{}}
+	if got := a.pollInterval(); got != 5*time.Minute {
+		t.Fatalf("safety poll %s, want 5m", got)
+	}
+	// n7 alive by its reports, not in the ring (cut off, or never in it).
+	a.plan.Nodes = []planner.Node{{Name: "n1", Alive: true}, {Name: "n7", Alive: true}}
+	if got, ttl := a.pollInterval(), time.Duration(own.Cluster.LivenessTTL); got > ttl/3 {
+		t.Errorf("poll %s with a node alive by its reports alone, want at most a third of the TTL %s", got, ttl)
+	}
+	// n7 dead: nothing to keep alive.
+	a.plan.Nodes[1].Alive = false
+	if got := a.pollInterval(); got != 5*time.Minute {
+		t.Errorf("safety poll %s with the other node dead, want 5m", got)
+	}
+}
+
+// TestHeartbeatWithANodeOutsideTheRing: a node outside the ring but alive
+// by its reports (it refused the commit that turned gossip on, or its
+// agent has no gossip) judges this node by its reports, at the TTL of a
+// cluster without gossip (30 s): this node's heartbeat is then the short
+// one, not the ring's minute.
+func TestHeartbeatWithANodeOutsideTheRing(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freeRingPort(t, "127.0.0.1")
+	m, err := render.Render(fstest.MapFS{
+		"cluster.yaml":  {Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {gossip: {port: %d}}\n", port)},
+		"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 127.0.0.1}\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newRingKeeper(Options{Node: "n1", Now: time.Now, GossipKeyFile: keyFile}, slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()))
+	defer k.close()
+	k.apply(m, false)
+	if !k.on() {
+		t.Fatal("ring not started")
+	}
+	a := &Agent{opts: Options{Node: "n1", Poll: 10 * time.Second}, cluster: m.Cluster, ring: k, applied: &appliedCommit{model: m},
+		plan: &planner.Plan{Nodes: []planner.Node{{Name: "n1", Alive: true}}}}
+	if got := a.heartbeatInterval(); got != time.Minute {
+		t.Fatalf("heartbeat %s with every node in the ring, want 1m", got)
+	}
+	a.plan.Nodes = append(a.plan.Nodes, planner.Node{Name: "n2", Alive: true})
+	if got := a.heartbeatInterval(); got != 10*time.Second {
+		t.Errorf("heartbeat %s with n2 alive outside the ring, want 10s", got)
+	}
+}
+
+// TestPublisherLongHeartbeatIsNoStall: with a ring the loop hands an
+// unchanged report only once a report interval; an interval longer than
+// the stall limit (a reportInterval of 2 min against 3 × 5 s + 1 min) must
+// not be taken for a stuck loop, which stops the heartbeat and the ring
+// (the peers then find the node dead and move its work) at every
+// interval.
+func TestPublisherLongHeartbeatIsNoStall(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	bare := filepath.Join(t.TempDir(), "c.git")
+	if out, err := exec.Command("git", "init", "-q", "--bare", "-b", "main", bare).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var stalls atomic.Int32
+	p := newPublisher(Options{Node: "n1", StateDir: t.TempDir(), Remote: sync.Remote{URL: bare}, GitTimeout: time.Minute, Now: time.Now},
+		slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()), 300*time.Millisecond, nil, func() { stalls.Add(1) })
+	defer p.close()
+	const interval = time.Second
+	// The loop passes often but hands the unchanged report only when an
+	// interval has gone since the last hand-off (Agent.publish's due).
+	for range 4 {
+		now := time.Now()
+		p.publish(publication{report: reportAt("n1", now), builtAt: now, prefix: render.DefaultReportRefPrefix, interval: interval, ttl: time.Minute})
+		time.Sleep(interval + 100*time.Millisecond) // the loop's pace, not a wait on a condition
+	}
+	if n := stalls.Load(); n != 0 {
+		t.Errorf("the publisher took a loop that hands a report once an interval for a stuck one %d times", n)
+	}
+	if n := testutil.ToFloat64(p.metrics.ReportPushes); n < 4 {
+		t.Errorf("%v pushes, want at least the 4 hand-offs", n)
 	}
 }

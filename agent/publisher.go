@@ -39,8 +39,10 @@ type publication struct {
 // The loop hands it the newest report through one slot (a newer report
 // replaces one not sent yet). Between hand-offs, a heartbeat of its own
 // republishes the last report with a fresh time every report interval, as
-// long as the loop handed it one within staleAfter: an agent whose loop is
-// stuck stops looking alive, as /healthz stops saying it is.
+// long as the loop handed it one within staleAfter plus the report
+// interval (with a ring the loop hands an unchanged report only once an
+// interval): an agent whose loop is stuck stops looking alive, as /healthz
+// stops saying it is.
 //
 // publish is safe for concurrent use; close stops the goroutine and waits
 // for it.
@@ -166,7 +168,10 @@ func (p *publisher) run(ctx context.Context) {
 			last, r, stale = fresh, fresh.report, false
 		case last == nil:
 			continue
-		case now.Sub(last.builtAt) > p.staleAfter:
+		case now.Sub(last.builtAt) > p.staleAfter+last.interval:
+			// The loop hands an unchanged report once a report interval
+			// (with a ring, a minute or more): only a hand-off overdue by
+			// more than staleAfter means a stuck loop.
 			if !stale {
 				p.log.Warn("the agent loop has handed no report for a while: this node's report is no longer refreshed",
 					"since", last.builtAt.Format(time.RFC3339))

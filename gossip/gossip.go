@@ -72,6 +72,9 @@ type Timing struct {
 	SuspicionMult    int
 	GossipInterval   time.Duration
 	PushPullInterval time.Duration
+	// TCPTimeout bounds a join's or a push-pull's TCP connection (10 s
+	// by default).
+	TCPTimeout time.Duration
 }
 
 // Meta is what a member announces: the content version of its report and
@@ -92,6 +95,12 @@ var (
 // metaPrefix versions the metadata's encoding.
 const metaPrefix = "keel1"
 
+// leavingWord ends the metadata of a member that is leaving the ring on
+// purpose (Close: its ring moves to another port or address, gossip is
+// turned off, or it leaves the inventory): its peers then forget it
+// rather than hold it dead, and judge it by its reports (see record).
+const leavingWord = "leaving"
+
 func (m Meta) encode() []byte {
 	return []byte(metaPrefix + " " + cmpDash(m.Report) + " " + cmpDash(m.Tip))
 }
@@ -108,6 +117,9 @@ func cmpDash(s string) string {
 // know).
 func parseMeta(b []byte) (Meta, bool) {
 	f := strings.Fields(string(b))
+	if len(f) == 4 && f[3] == leavingWord {
+		f = f[:3]
+	}
 	if len(f) != 3 || f[0] != metaPrefix {
 		return Meta{}, false
 	}
@@ -125,6 +137,13 @@ func parseMeta(b []byte) (Meta, bool) {
 		m.Tip = f[2]
 	}
 	return m, true
+}
+
+// leavingMeta reports whether b is the metadata of a member that said it
+// is leaving.
+func leavingMeta(b []byte) bool {
+	_, ok := parseMeta(b)
+	return ok && len(strings.Fields(string(b))) == 4
 }
 
 // Member is one inventory node as this node's ring sees it.
@@ -160,6 +179,7 @@ type Ring struct {
 	peers   map[string]netip.AddrPort // the inventory: who may be a member, and where
 	members map[string]Member
 	meta    Meta
+	leaving bool // Close: the metadata says so
 	started time.Time
 
 	changed chan struct{}
@@ -274,6 +294,9 @@ func Start(cfg Config) (*Ring, error) {
 	if t.PushPullInterval > 0 {
 		mc.PushPullInterval = t.PushPullInterval
 	}
+	if t.TCPTimeout > 0 {
+		mc.TCPTimeout = t.TCPTimeout
+	}
 	// The ring's own node is a member from the start, and the inventory
 	// check must let it in before SetPeers is first called.
 	r.peers[cfg.Node] = netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port))
@@ -312,8 +335,27 @@ func (r *Ring) SetPeers(peers map[string]netip.AddrPort) {
 	}
 	r.mu.Unlock()
 	if changed {
+		r.admitKnown()
 		r.poke(r.rejoin)
 		r.poke(r.changed)
+	}
+}
+
+// admitKnown records the members memberlist holds alive that the view
+// lacks: a node removed from the inventory and listed again (or listed
+// first after it joined) is alive in memberlist all along, which tells of
+// it again only when it changes.
+func (r *Ring) admitKnown() {
+	for _, n := range r.ml.Members() {
+		addr, _ := netip.AddrFromSlice(n.Addr)
+		r.mu.Lock()
+		want, listed := r.peers[n.Name]
+		_, seen := r.members[n.Name]
+		r.mu.Unlock()
+		if !listed || seen || netip.AddrPortFrom(addr.Unmap(), n.Port) != want {
+			continue
+		}
+		r.recordNew(n)
 	}
 }
 
@@ -372,10 +414,20 @@ func (r *Ring) View() View {
 func (r *Ring) Changed() <-chan struct{} { return r.changed }
 
 // Close leaves the ring (telling the peers, so that they need not detect
-// the departure) and stops it, waiting for its goroutines.
+// the departure) and stops it, waiting for its goroutines. It first
+// announces that it leaves on purpose: the peers then forget this node
+// rather than hold it dead (a leave alone is a death to them), so that a
+// ring moved to another port or turned off by a commit the peers have not
+// applied yet does not move this node's work.
 func (r *Ring) Close() error {
 	var err error
 	r.closed.Do(func() {
+		r.mu.Lock()
+		r.leaving = true
+		r.mu.Unlock()
+		if err := r.ml.UpdateNode(time.Second); err != nil {
+			r.log.Debug("announcing the departure", "err", err)
+		}
 		err = r.ml.Leave(2 * time.Second)
 		err = errors.Join(err, r.halt())
 	})
@@ -421,7 +473,10 @@ func (r *Ring) joinLoop() {
 	}
 }
 
-// join contacts the inventory's nodes that are not alive in the view.
+// join contacts the inventory's nodes that are not alive in the view, one
+// at a time, and stops between two when the ring stops: a node that drops
+// the connection costs a TCP timeout (10 s), and Stop, Close and the
+// agent's stall wait for the join under way.
 func (r *Ring) join() {
 	r.mu.Lock()
 	var addrs []string
@@ -436,8 +491,19 @@ func (r *Ring) join() {
 		return
 	}
 	slices.Sort(addrs)
-	if n, err := r.ml.Join(addrs); err != nil && n == 0 {
-		r.log.Debug("joining the gossip ring", "tried", len(addrs), "err", err)
+	joined := 0
+	for _, addr := range addrs {
+		select {
+		case <-r.stop:
+			return
+		default:
+		}
+		if n, _ := r.ml.Join([]string{addr}); n > 0 {
+			joined++
+		}
+	}
+	if joined == 0 {
+		r.log.Debug("joining the gossip ring: no node reached", "tried", len(addrs))
 	}
 }
 
@@ -452,7 +518,18 @@ func (r *Ring) poke(c chan struct{}) {
 func (r *Ring) record(n *memberlist.Node, alive bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.recordLocked(n, alive)
+}
+
+func (r *Ring) recordLocked(n *memberlist.Node, alive bool) {
 	if _, ok := r.peers[n.Name]; !ok {
+		return
+	}
+	if !alive && leavingMeta(n.Meta) {
+		// Left on purpose: not a death. The peers judge it by its reports
+		// until a ring shows it again.
+		delete(r.members, n.Name)
+		r.poke(r.changed)
 		return
 	}
 	now := r.cfg.Now()
@@ -467,6 +544,15 @@ func (r *Ring) record(n *memberlist.Node, alive bool) {
 	m.Meta, m.HasMeta = parseMeta(n.Meta)
 	r.members[n.Name] = m
 	r.poke(r.changed)
+}
+
+// recordNew records n alive unless an event recorded it meanwhile.
+func (r *Ring) recordNew(n *memberlist.Node) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, seen := r.members[n.Name]; !seen {
+		r.recordLocked(n, true)
+	}
 }
 
 // admission lets in the inventory's nodes only, at their inventory
@@ -503,6 +589,9 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b := r.meta.encode()
+	if r.leaving {
+		b = append(b, " "+leavingWord...)
+	}
 	if len(b) > limit {
 		return nil
 	}

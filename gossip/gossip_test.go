@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -134,8 +138,14 @@ func TestRingComesBackAndIsDatedRejoined(t *testing.T) {
 	rings := startRings(t, []string{"a", "b", "c"}, nil, "a", "b", "c")
 	waitView(t, rings["a"], "all alive", func(v View) bool { return aliveSet(v) == "a,b,c" })
 	port := rings["c"].port
-	rings["c"].Close()
-	waitView(t, rings["a"], "c gone", func(v View) bool { return !v.Members["c"].Alive })
+	// c vanishes (no leave message: a Close is no death, see
+	// TestRingCloseIsNoDeath).
+	rings["c"].closed.Do(func() {
+		if err := rings["c"].halt(); err != nil {
+			t.Error(err)
+		}
+	})
+	waitView(t, rings["a"], "c dead", func(v View) bool { m, ok := v.Members["c"]; return ok && !m.Alive })
 	// c starts again on the same address: the rejoin loop (or its own
 	// join) brings it back, dated as a return.
 	peers := map[string]netip.AddrPort{}
@@ -236,9 +246,149 @@ func TestMetaParsing(t *testing.T) {
 	if got, ok := parseMeta(Meta{}.encode()); !ok || got != (Meta{}) {
 		t.Fatalf("empty round trip: %+v %v", got, ok)
 	}
-	for _, bad := range []string{"", "keel2 - -", "keel1 - - extra", "keel1 XYZ -", "keel1 - ../../etc", "keel1 " + strings.Repeat("0F", 16) + " -"} {
+	if m, ok := parseMeta(append(m.encode(), " leaving"...)); !ok || m.Tip == "" || !leavingMeta(append(m.encode(), " leaving"...)) || leavingMeta(m.encode()) {
+		t.Errorf("a leaving member's metadata: %+v %v", m, ok)
+	}
+	for _, bad := range []string{"", "keel2 - -", "keel1 - - extra", "keel1 - - leaving extra", "keel1 XYZ -", "keel1 - ../../etc", "keel1 " + strings.Repeat("0F", 16) + " -"} {
 		if _, ok := parseMeta([]byte(bad)); ok {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestRingCloseIsNoDeath: a member that leaves on purpose (Close: its ring
+// moves to another port, or a commit turns gossip off, before its peers
+// apply that commit) is forgotten, not held dead: a death would move its
+// work at once, though it is alive and reporting. A member that vanishes
+// is still found dead (TestRingLivenessAndMeta).
+func TestRingCloseIsNoDeath(t *testing.T) {
+	rings := startRings(t, []string{"a", "b", "c"}, nil, "a", "b", "c")
+	for _, n := range []string{"a", "b", "c"} {
+		waitView(t, rings[n], "all alive", func(v View) bool { return aliveSet(v) == "a,b,c" })
+	}
+	if err := rings["c"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b"} {
+		waitView(t, rings[n], "c gone", func(v View) bool { m, ok := v.Members["c"]; return !ok || !m.Alive })
+		if m, ok := rings[n].View().Members["c"]; ok {
+			t.Errorf("%s holds c, which left on purpose, as %+v: dead at once", n, m)
+		}
+	}
+	// Back (the same name and address): a member again, not dated as a
+	// return from the dead.
+	r, err := Start(Config{Node: "c", Addr: loopback, Port: rings["c"].port, Keys: [][]byte{key(1)}, Cluster: "test", Timing: fast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.SetPeers(map[string]netip.AddrPort{"a": netip.AddrPortFrom(loopback, uint16(rings["a"].port))})
+	waitView(t, rings["a"], "c back", func(v View) bool { return v.Members["c"].Alive })
+	if m := rings["a"].View().Members["c"]; !m.Rejoined.IsZero() {
+		t.Errorf("c back after leaving on purpose is dated as a return from the dead: %+v", m)
+	}
+}
+
+// TestRingStopsDuringAJoin: joining nodes that drop the connection (down,
+// firewalled) costs a TCP timeout each; stopping the ring (the agent's
+// shutdown, a stuck loop, a ring that moves) waits for one at most, not
+// for every unreachable node of the inventory in turn.
+func TestRingStopsDuringAJoin(t *testing.T) {
+	// A listener whose accept queue is full drops the SYNs: a dial to it
+	// hangs until its timeout.
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hole := netip.AddrPortFrom(loopback, uint16(sa.(*syscall.SockaddrInet4).Port))
+	c, err := net.Dial("tcp", hole.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c, err := net.DialTimeout("tcp", hole.String(), 200*time.Millisecond); err == nil {
+		c.Close()
+		t.Skip("this system does not drop the SYNs of a full accept queue")
+	}
+
+	var logs lockedBuffer
+	timing := fast
+	timing.TCPTimeout = time.Second
+	port := freePort(t)
+	r, err := Start(Config{Node: "a", Addr: loopback, Port: port, Keys: [][]byte{key(1)}, Cluster: "test", Timing: timing,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := map[string]netip.AddrPort{}
+	for i := range 8 {
+		peers[fmt.Sprintf("x%d", i)] = hole
+	}
+	r.SetPeers(peers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for !strings.Contains(logs.String(), "failed to join") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no join tried: %s", logs.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	start := time.Now()
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Seven more nodes would take 7 s; one, 1 s.
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("Stop took %s during a join of unreachable nodes (a TCP timeout is 1 s)", took)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestRingListsAgainAMemberAlreadyAlive: a node dropped from the inventory
+// and listed again (a commit reverted) never stopped being alive in
+// memberlist, which tells of it only when it changes: the view must hold
+// it again at once, not judge it by its reports until its next change.
+func TestRingListsAgainAMemberAlreadyAlive(t *testing.T) {
+	rings := startRings(t, []string{"a", "b"}, nil, "a", "b")
+	waitView(t, rings["a"], "both alive", func(v View) bool { return aliveSet(v) == "a,b" })
+	all := map[string]netip.AddrPort{
+		"a": netip.AddrPortFrom(loopback, uint16(rings["a"].port)),
+		"b": netip.AddrPortFrom(loopback, uint16(rings["b"].port)),
+	}
+	rings["a"].SetPeers(map[string]netip.AddrPort{"a": all["a"]})
+	if _, ok := rings["a"].View().Members["b"]; ok {
+		t.Fatal("b still in the view after it left the inventory")
+	}
+	rings["a"].SetPeers(all)
+	if m := rings["a"].View().Members["b"]; !m.Alive {
+		t.Errorf("b, alive all along, is not in the view once listed again: %+v", m)
 	}
 }

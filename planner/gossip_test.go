@@ -3,6 +3,7 @@ package planner
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keel-dev/keel/report"
 )
@@ -144,5 +145,35 @@ func TestGossipMovesOnlyOffTheLostNode(t *testing.T) {
 		case before.Node != "c" && before.Node != pl.Node:
 			t.Errorf("%s moved from %s to %s, though only c was lost", pl.Instance, before.Node, pl.Node)
 		}
+	}
+}
+
+// TestGossipSeenByAnEarlierRing: a node the current ring does not know
+// (the ring just moved, or gossip was turned off) is judged by the later
+// of its report's time and when an earlier ring last saw it alive: the
+// ring's vouching left its report unfetched. Without a ring now, no
+// gossip-minority warning.
+func TestGossipSeenByAnEarlierRing(t *testing.T) {
+	repo := repoDef{TTL: "60s", Nodes: tableNodes("a", "b", "c"), Workloads: []workloadDef{svc("web", 3)}}
+	m := repo.model(t)
+	reports := []report.Report{reportOf("a", secs(0)), reportOf("b", secs(-600)), reportOf("c", secs(-600))}
+	seen := map[string]time.Time{"b": secs(-5), "c": secs(-61)}
+	for _, tc := range []struct {
+		name    string
+		members map[string]Member
+		minor   bool
+	}{
+		{"a new ring that knows only this node", map[string]Member{"a": {Alive: true, Since: secs(-1)}}, true},
+		{"no ring now", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Compute(Input{Model: m, Commit: commitC, Reports: reports, Now: t0, Gossip: &Gossip{Members: tc.members, Seen: seen}})
+			if got := strings.Join(aliveNames(p), ","); got != "a,b" {
+				t.Errorf("alive %q, want a,b (c last seen longer than the TTL ago); warnings %v", got, p.Warnings)
+			}
+			if got := warningOf(p, WarnGossipMinority, "") != nil; got != tc.minor {
+				t.Errorf("gossip-minority warning %v, want %v: %v", got, tc.minor, p.Warnings)
+			}
+		})
 	}
 }

@@ -92,7 +92,7 @@ const gossipSettle = 30 * time.Second
 // and so does every node while a majority of the cluster is down.
 func (p *planner) gossipTrust(assume bool) (map[string]Member, bool) {
 	g := p.in.Gossip
-	if g == nil || assume {
+	if g == nil || g.Members == nil || assume {
 		return nil, false
 	}
 	alive := 0
@@ -304,6 +304,9 @@ func (p *planner) readNodes() {
 				// No ring, a ring this node cannot trust, or a node the
 				// ring has not seen: the report's age, counting the last
 				// time the ring saw the node alive.
+				if g := p.in.Gossip; g != nil {
+					heard = later(heard, g.Seen[ns.Name])
+				}
 				if known {
 					if mem.Alive {
 						heard = later(heard, newest)

@@ -41,8 +41,16 @@ type Input struct {
 // Gossip is one node's view of the gossip ring, dated in the cluster
 // clock (Plan.ClusterTime's).
 type Gossip struct {
-	// Members are the inventory's nodes the ring has seen, by name.
+	// Members are the inventory's nodes the ring has seen, by name; nil
+	// when the planning node is in no ring now (Seen may still be set).
 	Members map[string]Member
+	// Seen is when a ring of the planning node, this one or an earlier
+	// one (a ring restarted, moved or turned off), last saw each node
+	// alive. A node the ring vouches for is not fetched for its
+	// heartbeats, so its report may be far older than its last sign of
+	// life: a node the current ring does not know is judged by the later
+	// of its report's time and Seen.
+	Seen map[string]time.Time
 }
 
 // Member is one node as the ring sees it.
