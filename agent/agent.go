@@ -916,23 +916,16 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	if a.plan != nil {
 		r.PlanID = a.plan.PlanID
 	}
-	// With a ring, the content leaves out the report's times
-	// (report.ContentDigest): a push is news, and heartbeats go every
-	// reportInterval. Without one it leaves out Time and Clock only: Since
-	// moves with Time (it is Time minus the run pushed so far), so every
-	// pass pushes. The report-age rule relies on that: pushed only every
+	// The content leaves out the report's times (report.ContentDigest):
+	// with a ring, a push is news, and heartbeats go every interval.
+	// Without one every pass pushes: the report-age rule relies on each
+	// node's run being current at its peers (pushed only every
 	// reportInterval, a node starved around the TTL had one instance
-	// started twice for one death (e2e TestStarvedAgentMovesNothingBack).
+	// started twice for one death: e2e TestStarvedAgentMovesNothingBack).
 	content := report.ContentDigest(r)
-	if !a.ring.on() {
-		t, c := r.Time, r.Clock
-		r.Time, r.Clock = time.Time{}, time.Time{}
-		content = string(r.Marshal())
-		r.Time, r.Clock = t, c
-	}
 	interval := a.heartbeatInterval()
 	due := now.Sub(a.lastPublish.at) >= interval
-	if content == a.lastPublish.content && !due {
+	if content == a.lastPublish.content && !due && a.ring.on() {
 		a.heldSince = time.Time{}
 		return
 	}

@@ -97,24 +97,7 @@ func TestHeartbeat(t *testing.T) {
 // is stuck and starts again at the next apply, and leaves when the node
 // leaves the inventory; without a key file it does not start and says so.
 func TestRingKeeperFollowsTheModelAndStalls(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "gossip.key")
-	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.LocalAddr().(*net.UDPAddr).Port
-	l.Close()
-	m, err := render.Render(fstest.MapFS{
-		"cluster.yaml":  {Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {gossip: {port: %d}}\n", port)},
-		"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 127.0.0.1}\n")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, keyFile := oneNodeModel(t)
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
 	metrics := NewMetrics(prometheus.NewRegistry())
@@ -177,6 +160,39 @@ func TestSafetyPoll(t *testing.T) {
 			t.Errorf("safetyPoll(%s, %d nodes) = %s, want %s", tc.poll, tc.n, got, tc.want)
 		}
 	}
+}
+
+// oneNodeModel renders a cluster of one node, n1 at 127.0.0.1, with a
+// gossip ring on a free port, and writes a key file for it.
+func oneNodeModel(t *testing.T) (*render.Model, string) {
+	t.Helper()
+	keyFile := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freeRingPort(t, "127.0.0.1")
+	m, err := render.Render(fstest.MapFS{
+		"cluster.yaml":  {Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {gossip: {port: %d}}\n", port)},
+		"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 127.0.0.1}\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, keyFile
+}
+
+// oneNodeRing is oneNodeModel with n1's ring started (closed at the end of
+// the test).
+func oneNodeRing(t *testing.T) (*render.Model, *ringKeeper) {
+	t.Helper()
+	m, keyFile := oneNodeModel(t)
+	k := newRingKeeper(Options{Node: "n1", Now: time.Now, GossipKeyFile: keyFile}, slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()))
+	t.Cleanup(k.close)
+	k.apply(m, false)
+	if !k.on() {
+		t.Fatal("ring not started")
+	}
+	return m, k
 }
 
 // freeRingPort returns a port free for TCP and UDP on every address.
@@ -332,25 +348,7 @@ func reportAt(node string, at time.Time) report.Report {
 // brings, so while there is one the poll is a third of the TTL at most: it
 // must not die and come back at every poll, its work moving each time.
 func TestPollWithACutOffNode(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "gossip.key")
-	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	port := freeRingPort(t, "127.0.0.1")
-	own, err := render.Render(fstest.MapFS{
-		"cluster.yaml":  {Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {gossip: {port: %d}}\n", port)},
-		"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 127.0.0.1}\n")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := newRingKeeper(Options{Node: "n1", Now: time.Now, GossipKeyFile: keyFile}, slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()))
-	defer k.close()
-	k.apply(own, false)
-	if !k.on() {
-		t.Fatal("ring not started")
-	}
+	own, k := oneNodeRing(t)
 	// The loop's state on a node of a 1,000-node cluster at the defaults.
 	big := &render.Model{Cluster: own.Cluster, Nodes: make([]render.Node, 1000)}
 	a := &Agent{opts: Options{Poll: 10 * time.Second}, cluster: own.Cluster, ring: k, applied: &appliedCommit{model: big},
@@ -376,25 +374,7 @@ func TestPollWithACutOffNode(t *testing.T) {
 // cluster without gossip (30 s): this node's heartbeat is then the short
 // one, not the ring's minute.
 func TestHeartbeatWithANodeOutsideTheRing(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "gossip.key")
-	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	port := freeRingPort(t, "127.0.0.1")
-	m, err := render.Render(fstest.MapFS{
-		"cluster.yaml":  {Data: fmt.Appendf(nil, "apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {gossip: {port: %d}}\n", port)},
-		"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 127.0.0.1}\n")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := newRingKeeper(Options{Node: "n1", Now: time.Now, GossipKeyFile: keyFile}, slog.New(slog.DiscardHandler), NewMetrics(prometheus.NewRegistry()))
-	defer k.close()
-	k.apply(m, false)
-	if !k.on() {
-		t.Fatal("ring not started")
-	}
+	m, k := oneNodeRing(t)
 	a := &Agent{opts: Options{Node: "n1", Poll: 10 * time.Second}, cluster: m.Cluster, ring: k, applied: &appliedCommit{model: m},
 		plan: &planner.Plan{Nodes: []planner.Node{{Name: "n1", Alive: true}}}}
 	if got := a.heartbeatInterval(); got != time.Minute {
