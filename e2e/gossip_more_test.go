@@ -317,21 +317,7 @@ func TestGossipFlappingNodeMovesOnce(t *testing.T) {
 	lastAt := time.Now()
 	// Long enough that the flapper has settled again (30 s after it came
 	// back) and would take back what it could.
-	c.waitFor("the flapper has settled and each instance runs once", func() (bool, string) {
-		if d := time.Since(lastAt); d < planner.SettlePeriod(m)+5*time.Second {
-			return false, fmt.Sprintf("only %s since the last pause", d.Round(100*time.Millisecond))
-		}
-		if ok, why := c.Converged(c.ctx); !ok {
-			return false, why
-		}
-		procs := c.procsByInstance()
-		for _, inst := range m.Instances {
-			if ps := procs[inst.Name]; len(ps) != 1 {
-				return false, fmt.Sprintf("%s runs as %v", inst.Name, ps)
-			}
-		}
-		return true, ""
-	})
+	c.settle("the flapper", lastAt, planner.SettlePeriod(m)+5*time.Second, m)
 	after := c.checkOneEach(m)
 	moves := c.checkMoves(flapper, before)
 	var moved []string

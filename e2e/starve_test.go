@@ -84,7 +84,7 @@ func TestStarvedAgentMovesNothingBack(t *testing.T) {
 	contAt := time.Now()
 	signal(syscall.SIGCONT)
 	t.Logf("%s stopped for %s", starved, contAt.Sub(stopAt).Round(100*time.Millisecond))
-	c.settle("n2 is back", contAt, m)
+	c.settle("n2 is back", contAt, 2*ttl, m)
 	after := c.checkOneEach(m)
 	for _, inst := range m.Instances {
 		p := after[inst.Name]
@@ -119,12 +119,12 @@ func (c *cluster) reportedOn(name string, nodes []string) []string {
 	return on
 }
 
-// settle waits until at least two TTLs have passed since since, every agent
+// settle waits until at least wait has passed since since, every agent
 // runs the tip and each instance of m runs once, in one process.
-func (c *cluster) settle(what string, since time.Time, m *render.Model) {
+func (c *cluster) settle(what string, since time.Time, wait time.Duration, m *render.Model) {
 	c.t.Helper()
 	c.waitFor(what+": settled", func() (bool, string) {
-		if d := time.Since(since); d < 2*ttl {
+		if d := time.Since(since); d < wait {
 			return false, fmt.Sprintf("only %s since", d.Round(100*time.Millisecond))
 		}
 		if ok, why := c.Converged(c.ctx); !ok {

@@ -82,7 +82,7 @@ func TestStarveBurstsMoveNothingBack(t *testing.T) {
 		t.Logf("burst %d: %s stopped for %s, published again %s after", i+1, starved, to.Sub(from).Round(100*time.Millisecond), time.Since(to).Round(100*time.Millisecond))
 	}
 	last := bursts[len(bursts)-1].to
-	c.settle("after the bursts", last, m)
+	c.settle("after the bursts", last, 2*ttl, m)
 	final := c.checkOneEach(m)
 	for name, p := range final {
 		if placed[name].Node != starved && p != placed[name] {
