@@ -29,6 +29,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/keel-dev/keel/agent"
+	"github.com/keel-dev/keel/internal/loopnet"
 	"github.com/keel-dev/keel/nodeexec/process"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
@@ -211,29 +212,11 @@ func (c *Cluster) GossipKeyFile() string { return filepath.Join(c.Dir, "gossip.k
 // nodes 127.0.1.1 to 127.0.1.n (nodeYAML's), so that clusters running
 // side by side do not share a ring.
 func freeGossipPort(n int) (int, error) {
-	for range 100 {
-		port := 20000 + rand.IntN(30000)
-		free := true
-		for i := 1; i <= n && free; i++ {
-			addr := fmt.Sprintf("127.0.1.%d:%d", i, port)
-			l, err := net.Listen("tcp", addr)
-			if err != nil {
-				free = false
-				break
-			}
-			u, err := net.ListenPacket("udp", addr)
-			l.Close()
-			if err != nil {
-				free = false
-				break
-			}
-			u.Close()
-		}
-		if free {
-			return port, nil
-		}
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("127.0.1.%d", i+1)
 	}
-	return 0, errors.New("no port free on every node's address for the gossip ring")
+	return loopnet.FreePort(addrs...)
 }
 
 // nodeYAML gives node i the address 127.0.1.(i+1) and the i-th /24 of the

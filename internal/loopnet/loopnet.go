@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 )
 
@@ -76,4 +78,43 @@ func Reserve() (*Pair, error) {
 		}, nil
 	}
 	return nil, ErrNone
+}
+
+// FreePort returns a port that is free, for TCP and UDP both, on every one
+// of addrs (a gossip ring listens on both, at one port on every node's
+// address). The port may be taken by someone else before the caller binds
+// it: a caller that can, tries again.
+func FreePort(addrs ...string) (int, error) {
+	if len(addrs) == 0 {
+		return 0, errors.New("no address")
+	}
+	for range 100 {
+		l, err := net.Listen("tcp", net.JoinHostPort(addrs[0], "0"))
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if freeOnAll(addrs, port) {
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("no port free for TCP and UDP on %v", addrs)
+}
+
+func freeOnAll(addrs []string, port int) bool {
+	for _, a := range addrs {
+		ap := net.JoinHostPort(a, strconv.Itoa(port))
+		tl, err := net.Listen("tcp", ap)
+		if err != nil {
+			return false
+		}
+		u, err := net.ListenPacket("udp", ap)
+		tl.Close()
+		if err != nil {
+			return false
+		}
+		u.Close()
+	}
+	return true
 }

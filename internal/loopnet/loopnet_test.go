@@ -1,8 +1,10 @@
 package loopnet
 
 import (
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -46,5 +48,38 @@ func TestReserveDisjoint(t *testing.T) {
 	}
 	for _, p := range held {
 		p.Release()
+	}
+}
+
+// TestFreePort: the port is free for TCP and UDP on every address given,
+// and one taken on any of them is never returned.
+func TestFreePort(t *testing.T) {
+	port, err := FreePort("127.0.0.1", "127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		ap := net.JoinHostPort(a, strconv.Itoa(port))
+		tl, err := net.Listen("tcp", ap)
+		if err != nil {
+			t.Fatalf("TCP %s: %v", ap, err)
+		}
+		u, err := net.ListenPacket("udp", ap)
+		tl.Close()
+		if err != nil {
+			t.Fatalf("UDP %s: %v", ap, err)
+		}
+		// Held on the second address only: that port must not come back.
+		if a == "127.0.0.2" {
+			defer u.Close()
+			if freeOnAll([]string{"127.0.0.1", "127.0.0.2"}, port) {
+				t.Fatalf("port %d held for UDP on %s counted as free", port, a)
+			}
+		} else {
+			u.Close()
+		}
+	}
+	if _, err := FreePort(); err == nil {
+		t.Error("no address: no error")
 	}
 }
