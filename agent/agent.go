@@ -183,6 +183,9 @@ type Agent struct {
 	// lastNoticeFetch is when the ring's news last started a fetch (real
 	// time, as the timers').
 	lastNoticeFetch time.Time
+	// ringMinority and aliveByReports are what the last pass found of the
+	// ring (noteRing).
+	ringMinority, aliveByReports bool
 
 	reportPrefix atomic.Pointer[string] // for the webhook handler
 	reportKeys   sync.ReportKeys        // of the applied commit's nodes
@@ -717,6 +720,7 @@ func (a *Agent) pass(ctx context.Context) {
 	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: planAt,
 		PresumeAlive: a.warmingUp(m, planAt), Gossip: ring})
 	a.plan = plan
+	a.noteRing(plan, ring)
 	a.metrics.Plan.Reset()
 	a.metrics.Plan.WithLabelValues(plan.PlanID).Set(1)
 	alive := 0
@@ -978,9 +982,9 @@ const ringGather = 200 * time.Millisecond
 // 1,000 nodes, against a TTL of 3) would let it die and come back at every
 // poll, its work moving each time.
 func (a *Agent) pollInterval() time.Duration {
-	if a.cluster.Gossip != nil && a.ring.on() && !a.gossipMinority() && a.applied != nil {
+	if a.cluster.Gossip != nil && a.ring.on() && !a.ringMinority && a.applied != nil {
 		d := safetyPoll(a.opts.Poll, a.cluster, len(a.applied.model.Nodes))
-		if a.aliveByReports() {
+		if a.aliveByReports {
 			ttl := time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultGossipLivenessTTL))
 			d = min(d, max(a.opts.Poll, ttl/3))
 		}
@@ -989,19 +993,20 @@ func (a *Agent) pollInterval() time.Duration {
 	return a.opts.Poll
 }
 
-// aliveByReports reports whether the last plan holds a node alive that
-// the ring does not: its reports alone keep it alive.
-func (a *Agent) aliveByReports() bool {
-	v, on := a.ring.members()
-	if !on || a.plan == nil {
-		return false
+// noteRing records, once a pass, what its plan says of the ring g (nil
+// without one): whether this node saw no majority of it
+// (planner.WarnGossipMinority), and whether the plan holds a node alive
+// that the ring does not (its reports alone keep it alive). The poll and
+// the heartbeat follow them.
+func (a *Agent) noteRing(plan *planner.Plan, g *planner.Gossip) {
+	a.ringMinority, a.aliveByReports = false, false
+	if g == nil {
+		return
 	}
-	for _, n := range a.plan.Nodes {
-		if n.Alive && n.Name != a.opts.Node && !v.Members[n.Name].Alive {
-			return true
-		}
-	}
-	return false
+	a.ringMinority = hasWarning(plan, planner.WarnGossipMinority)
+	a.aliveByReports = slices.ContainsFunc(plan.Nodes, func(n planner.Node) bool {
+		return n.Alive && n.Name != a.opts.Node && !g.Members[n.Name].Alive
+	})
 }
 
 // safetyPoll is the poll of a node in a gossip ring of n nodes: the
@@ -1022,13 +1027,7 @@ func safetyPoll(poll time.Duration, c render.Cluster, n int) time.Duration {
 // reports at a TTL of 30 s, and would hold it dead between two heartbeats
 // of a minute, and take its work.
 func (a *Agent) heartbeatInterval() time.Duration {
-	return heartbeat(a.cluster, a.ring.on() && (a.gossipMinority() || a.aliveByReports()))
-}
-
-// gossipMinority reports whether the last plan found this node's view of
-// the ring short of a majority (planner.WarnGossipMinority).
-func (a *Agent) gossipMinority() bool {
-	return a.plan != nil && hasWarning(a.plan, planner.WarnGossipMinority)
+	return heartbeat(a.cluster, a.ring.on() && (a.ringMinority || a.aliveByReports))
 }
 
 func hasWarning(p *planner.Plan, code string) bool {

@@ -337,11 +337,14 @@ func TestPollWithACutOffNode(t *testing.T) {
 	}
 	// n7 alive by its reports, not in the ring (cut off, or never in it).
 	a.plan.Nodes = []planner.Node{{Name: "n1", Alive: true}, {Name: "n7", Alive: true}}
+	g, _ := k.view(0)
+	a.noteRing(a.plan, g)
 	if got, ttl := a.pollInterval(), time.Duration(own.Cluster.LivenessTTL); got > ttl/3 {
 		t.Errorf("poll %s with a node alive by its reports alone, want at most a third of the TTL %s", got, ttl)
 	}
 	// n7 dead: nothing to keep alive.
 	a.plan.Nodes[1].Alive = false
+	a.noteRing(a.plan, g)
 	if got := a.pollInterval(); got != 5*time.Minute {
 		t.Errorf("safety poll %s with the other node dead, want 5m", got)
 	}
@@ -360,6 +363,8 @@ func TestHeartbeatWithANodeOutsideTheRing(t *testing.T) {
 		t.Fatalf("heartbeat %s with every node in the ring, want 1m", got)
 	}
 	a.plan.Nodes = append(a.plan.Nodes, planner.Node{Name: "n2", Alive: true})
+	g, _ := k.view(0)
+	a.noteRing(a.plan, g)
 	if got := a.heartbeatInterval(); got != 10*time.Second {
 		t.Errorf("heartbeat %s with n2 alive outside the ring, want 10s", got)
 	}
