@@ -158,8 +158,44 @@ type Service struct {
 	// Instances are the replicas' names, in index order.
 	Instances []string `json:"instances" yaml:"instances"`
 	Stateful  bool     `json:"stateful" yaml:"stateful"`
-	Source    Position `json:"source" yaml:"source"`
+	// Strategy paces the Service's rollouts, with its defaults applied.
+	Strategy Strategy `json:"strategy" yaml:"strategy"`
+	// Surge names the Service's surge instances (Strategy.MaxSurge of
+	// them, indexes Replicas and up), which run only while a rollout is
+	// under way; empty for a stateful Service.
+	Surge  []string `json:"surge,omitempty" yaml:"surge,omitempty"`
+	Source Position `json:"source" yaml:"source"`
 }
+
+// Strategy is how a Service's replicas are updated when their spec changes
+// (docs/spec.md, "Rollouts"): every node paces the rollout from the same
+// reports, so that at most MaxUnavailable replicas are unavailable and at
+// most Replicas+MaxSurge run at once.
+type Strategy struct {
+	// MaxUnavailable is how many of the Service's replicas may be
+	// unavailable (not ready for MinReadySeconds) at once during a
+	// rollout; a percentage written in the spec is resolved against the
+	// replicas, rounded down. Zero only with MaxSurge > 0.
+	MaxUnavailable int `json:"maxUnavailable" yaml:"maxUnavailable"`
+	// MaxSurge is how many surge instances may run at the new spec on
+	// top of the replicas during a rollout (a percentage rounded up).
+	MaxSurge int `json:"maxSurge" yaml:"maxSurge"`
+	// MinReadySeconds is how long a replica must have been ready before
+	// it counts as available.
+	MinReadySeconds int `json:"minReadySeconds" yaml:"minReadySeconds"`
+	// ProgressDeadline is how long a replica started at the new spec may
+	// take to become ready before the rollout counts as failed.
+	ProgressDeadline Duration `json:"progressDeadline" yaml:"progressDeadline"`
+	// FailureAction is what a failed rollout does: FailurePause stops
+	// releasing replicas, FailureContinue goes on.
+	FailureAction string `json:"failureAction" yaml:"failureAction"`
+}
+
+// Failure actions of a Strategy.
+const (
+	FailurePause    = "pause"
+	FailureContinue = "continue"
+)
 
 // Instance is one jail to run: a Jail document, or one replica of a Service.
 type Instance struct {
@@ -182,6 +218,9 @@ type Instance struct {
 	Spec         JailSpec          `json:"spec" yaml:"spec"`
 	// Stateful is true when the instance has volumes.
 	Stateful bool `json:"stateful" yaml:"stateful"`
+	// Surge marks a Service's surge instance: the planner places it only
+	// while the Service's rollout is under way (Strategy.MaxSurge).
+	Surge bool `json:"surge,omitempty" yaml:"surge,omitempty"`
 	// SpecHash identifies the rendered spec; see SpecHash.
 	SpecHash string   `json:"specHash" yaml:"specHash"`
 	Source   Position `json:"source" yaml:"source"`
@@ -196,6 +235,68 @@ type JailSpec struct {
 	Resources     Resources         `json:"resources" yaml:"resources"`
 	RestartPolicy string            `json:"restartPolicy" yaml:"restartPolicy"`
 	Volumes       []Volume          `json:"volumes,omitempty" yaml:"volumes,omitempty"`
+	// Checks are the instance's health checks, defaults applied: a
+	// Service replica without a readiness check gets a TCP one on the
+	// Service's port (Check.Default).
+	Checks Checks `json:"checks,omitzero" yaml:"checks,omitempty"`
+	// TerminationGracePeriod is how long the instance's command has
+	// between SIGTERM and SIGKILL when it is stopped.
+	TerminationGracePeriod Duration `json:"terminationGracePeriod" yaml:"terminationGracePeriod"`
+}
+
+// Checks are an instance's health checks (docs/spec.md, "Health checks").
+// A nil check is not run.
+type Checks struct {
+	// Startup, until it first passes, holds Readiness and Liveness off.
+	Startup *Check `json:"startup,omitempty" yaml:"startup,omitempty"`
+	// Readiness decides whether the instance receives traffic and counts
+	// as available in a rollout.
+	Readiness *Check `json:"readiness,omitempty" yaml:"readiness,omitempty"`
+	// Liveness restarts the instance (with the restart backoff) when it
+	// fails FailureThreshold times in a row.
+	Liveness *Check `json:"liveness,omitempty" yaml:"liveness,omitempty"`
+}
+
+// Check is one health check: exactly one of TCP, HTTP and Exec is set.
+type Check struct {
+	TCP  *TCPCheck  `json:"tcp,omitempty" yaml:"tcp,omitempty"`
+	HTTP *HTTPCheck `json:"http,omitempty" yaml:"http,omitempty"`
+	Exec *ExecCheck `json:"exec,omitempty" yaml:"exec,omitempty"`
+	// Period is the time between two runs once the check has passed;
+	// until it first passes it runs sooner (docs/spec.md).
+	Period Duration `json:"period" yaml:"period"`
+	// Timeout bounds one run; a run that takes longer fails.
+	Timeout Duration `json:"timeout" yaml:"timeout"`
+	// SuccessThreshold is how many passes in a row turn a failing check
+	// passing, FailureThreshold how many failures in a row turn a passing
+	// one failing.
+	SuccessThreshold int `json:"successThreshold" yaml:"successThreshold"`
+	FailureThreshold int `json:"failureThreshold" yaml:"failureThreshold"`
+	// Default is set on the readiness check render adds to a Service
+	// replica whose spec has none.
+	Default bool `json:"default,omitempty" yaml:"default,omitempty"`
+}
+
+// TCPCheck passes when a TCP connection to the instance's address and
+// Port is accepted.
+type TCPCheck struct {
+	Port int `json:"port" yaml:"port"`
+}
+
+// HTTPCheck passes when GET http://<address>:Port<Path>, sent with Host
+// (the address when empty), answers with a status in [StatusMin,
+// StatusMax].
+type HTTPCheck struct {
+	Port      int    `json:"port" yaml:"port"`
+	Path      string `json:"path" yaml:"path"`
+	Host      string `json:"host,omitempty" yaml:"host,omitempty"`
+	StatusMin int    `json:"statusMin" yaml:"statusMin"`
+	StatusMax int    `json:"statusMax" yaml:"statusMax"`
+}
+
+// ExecCheck passes when Command, run inside the instance, exits 0.
+type ExecCheck struct {
+	Command []string `json:"command" yaml:"command"`
 }
 
 // Network is how the jail is attached. Address is set only when the spec

@@ -197,6 +197,30 @@ type Instance struct {
 	// newer copy wins when two live nodes report it (so an instance never
 	// moves back on its own). Zero in reports of older agents.
 	Generation int `yaml:"generation,omitempty" json:"generation,omitempty"`
+	// Ready says whether the instance passes its readiness check (and its
+	// startup check has passed): only a ready instance receives traffic
+	// and counts as available in a rollout. Nil in reports of agents
+	// that do not run checks, whose running instances count as ready.
+	Ready *bool `yaml:"ready,omitempty" json:"ready,omitempty"`
+	// ReadySince is when the instance last became ready (zero while it is
+	// not), in the report's time: a rollout counts it available once it
+	// has been ready for the Service's minReadySeconds.
+	ReadySince time.Time `yaml:"readySince,omitempty" json:"readySince,omitzero"`
+	// SpecSince is when the node first started the instance at its
+	// SpecHash, in the report's time; restarts after a crash keep it. A
+	// replica not ready within the Service's progressDeadline of it
+	// fails the rollout.
+	SpecSince time.Time `yaml:"specSince,omitempty" json:"specSince,omitzero"`
+	// Check is the last failure of one of its checks ("readiness: …"),
+	// empty while they pass.
+	Check string `yaml:"check,omitempty" json:"check,omitempty"`
+}
+
+// IsReady reports whether the instance runs and is ready: a report of an
+// agent that does not run checks (Ready nil) counts a running instance
+// as ready.
+func (i *Instance) IsReady() bool {
+	return i.State == StateRunning && (i.Ready == nil || *i.Ready)
 }
 
 // maxGeneration bounds Generation: a report claiming more is refused
@@ -263,13 +287,17 @@ type raw struct {
 		Memory string `yaml:"memory"`
 	} `yaml:"capacity"`
 	Instances []struct {
-		Name       string `yaml:"name"`
-		State      string `yaml:"state"`
-		Address    string `yaml:"address"`
-		SpecHash   string `yaml:"specHash"`
-		Restarts   int    `yaml:"restarts"`
-		Error      string `yaml:"error"`
-		Generation int    `yaml:"generation"`
+		Name       string    `yaml:"name"`
+		State      string    `yaml:"state"`
+		Address    string    `yaml:"address"`
+		SpecHash   string    `yaml:"specHash"`
+		Restarts   int       `yaml:"restarts"`
+		Error      string    `yaml:"error"`
+		Generation int       `yaml:"generation"`
+		Ready      *bool     `yaml:"ready"`
+		ReadySince time.Time `yaml:"readySince"`
+		SpecSince  time.Time `yaml:"specSince"`
+		Check      string    `yaml:"check"`
 	} `yaml:"instances"`
 	Volumes      []Volume      `yaml:"volumes"`
 	Services     []Service     `yaml:"services"`
@@ -367,7 +395,17 @@ func ParseFile(data []byte) (Report, error) {
 		if in.Generation < 0 || in.Generation > maxGeneration {
 			return Report{}, fmt.Errorf("instances[%d].generation: %d is not between 0 and %d", i, in.Generation, maxGeneration)
 		}
-		inst := Instance{Name: in.Name, State: st, SpecHash: in.SpecHash, Restarts: in.Restarts, Error: in.Error, Generation: in.Generation}
+		if len(in.Check) > MaxProblemText {
+			return Report{}, fmt.Errorf("instances[%d].check: more than %d bytes", i, MaxProblemText)
+		}
+		inst := Instance{Name: in.Name, State: st, SpecHash: in.SpecHash, Restarts: in.Restarts, Error: in.Error, Generation: in.Generation,
+			Ready: in.Ready, ReadySince: in.ReadySince.UTC(), SpecSince: in.SpecSince.UTC(), Check: in.Check}
+		if inst.ReadySince.IsZero() {
+			inst.ReadySince = time.Time{}
+		}
+		if inst.SpecSince.IsZero() {
+			inst.SpecSince = time.Time{}
+		}
 		if in.Address != "" {
 			a, err := netip.ParseAddr(in.Address)
 			if err != nil || !a.Is4() {
