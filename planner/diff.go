@@ -63,6 +63,9 @@ func Diff(baseModel *render.Model, base *Plan, headModel *render.Model, head *Pl
 	basePl, headPl := placementsByName(base), placementsByName(head)
 	baseUn, headUn := unschedulableByName(base), unschedulableByName(head)
 	for _, inst := range headModel.Instances {
+		if inst.Surge {
+			continue // runs only during a rollout: Pending shows it
+		}
 		old := baseModel.Instance(inst.Name)
 		hp, hasHead := headPl[inst.Name]
 		node := ""
@@ -88,11 +91,11 @@ func Diff(baseModel *render.Model, base *Plan, headModel *render.Model, head *Pl
 			out = append(out, Change{Instance: inst.Name, Service: inst.Service, Action: ActionCreate, Node: node, Reason: "it can be placed now"})
 		}
 		if fc := render.CompareSpecs(old.Spec, inst.Spec); len(fc) > 0 {
-			out = append(out, specChange(&inst, node, fc))
+			out = append(out, specChange(headModel, &inst, node, fc))
 		}
 	}
 	for _, inst := range baseModel.Instances {
-		if headModel.Instance(inst.Name) == nil {
+		if !inst.Surge && headModel.Instance(inst.Name) == nil {
 			node := ""
 			if bp, ok := basePl[inst.Name]; ok {
 				node = bp.Node
@@ -152,7 +155,7 @@ func moveReason(baseModel, headModel *render.Model, old, cur *render.Instance, f
 
 // specChange turns the fields that differ into one change, named after the
 // most disruptive class among them.
-func specChange(inst *render.Instance, node string, fc []render.FieldChange) Change {
+func specChange(m *render.Model, inst *render.Instance, node string, fc []render.FieldChange) Change {
 	action := ActionUpdate
 	var fields, details []string
 	for _, f := range fc {
@@ -166,10 +169,23 @@ func specChange(inst *render.Instance, node string, fc []render.FieldChange) Cha
 		}
 	}
 	reason := ""
-	if action != ActionUpdate && inst.Service != "" {
-		reason = "one replica at a time"
+	if svc := m.Service(inst.Service); action != ActionUpdate && svc != nil {
+		reason = pacingText(svc)
 	}
 	return Change{Instance: inst.Name, Service: inst.Service, Action: action, Node: node, Fields: fields, Details: details, Reason: reason}
+}
+
+// pacingText says how a Service's rollout is paced, for a change's reason.
+func pacingText(svc *render.Service) string {
+	st := strategyOf(svc)
+	if st.MaxSurge == 0 && st.MaxUnavailable == 1 {
+		return "one replica at a time"
+	}
+	text := fmt.Sprintf("at most %d of %d replicas unavailable", st.MaxUnavailable, svc.Replicas)
+	if st.MaxSurge > 0 {
+		text += fmt.Sprintf(", %d surge", st.MaxSurge)
+	}
+	return text
 }
 
 // Pending compares a plan with what the reports show: what the agents will
@@ -202,6 +218,10 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 	for _, pl := range plan.Placements {
 		inst := m.Instance(pl.Instance)
 		r := byNode[pl.Node]
+		if inst != nil && inst.Surge && (r == nil || r.Instance(pl.Instance) == nil) {
+			out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: ActionCreate, Node: pl.Node, Reason: "surge instance, while the rollout is under way"})
+			continue
+		}
 		var ri *report.Instance
 		if r != nil {
 			ri = r.Instance(pl.Instance)
@@ -277,8 +297,13 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 				continue
 			}
 			listed[ri.Name] = true
-			if m.Instance(ri.Name) == nil {
+			inst := m.Instance(ri.Name)
+			if inst == nil {
 				out = append(out, Change{Instance: ri.Name, Action: ActionRemove, Node: n, Reason: "no longer in the specs"})
+			} else if _, ok := placed[ri.Name]; !ok && inst.Surge {
+				if ri.State != report.StateStopped {
+					out = append(out, Change{Instance: ri.Name, Service: inst.Service, Action: ActionRemove, Node: n, Reason: "surge instance, the rollout is over"})
+				}
 			} else if pl, ok := placed[ri.Name]; !ok {
 				continue // unschedulable: listed above
 			} else if pl.Node != n && !moving[[2]string{ri.Name, n}] {

@@ -170,6 +170,8 @@ type planner struct {
 	cands      map[string][]int32        // Service or Jail → candidate node indexes
 	room       []room                    // by node index
 	newest     map[string]*report.Report // every node's newest report, inventory or not
+	rolling    map[string]bool           // Service → its surge instances are placed (surging)
+	rollouts   []*Rollout                // by Service index: its rollout, nil when steady
 	warnings   []Warning
 }
 
@@ -194,6 +196,7 @@ func Compute(in Input) *Plan {
 		cands:     map[string][]int32{},
 	}
 	p.readNodes()
+	p.surging()
 	p.place()
 	p.generations()
 	p.breakBeforeMake()
@@ -548,6 +551,9 @@ func (p *planner) place() {
 	var fresh []*render.Instance
 	for i := range p.m.Instances {
 		inst := &p.m.Instances[i]
+		if inst.Surge && !p.rolling[inst.Service] {
+			continue // no rollout under way: a surge instance runs nowhere
+		}
 		if !p.placeExisting(inst) {
 			fresh = append(fresh, inst)
 		}
@@ -847,10 +853,15 @@ func (p *planner) placeNew(inst *render.Instance) {
 
 // nameList names nodes in a message: at most maxNamed, then a count.
 func nameList(names []string) string {
-	s := "node " + names[0]
 	if len(names) > 1 {
-		s = "nodes " + strings.Join(names[:min(len(names), maxNamed)], ", ")
+		return "nodes " + listed(names)
 	}
+	return "node " + listed(names)
+}
+
+// listed names at most maxNamed of names, then counts the rest.
+func listed(names []string) string {
+	s := strings.Join(names[:min(len(names), maxNamed)], ", ")
 	if len(names) > maxNamed {
 		s += fmt.Sprintf(" and %d more", len(names)-maxNamed)
 	}
@@ -945,7 +956,94 @@ func (p *planner) reportedOn(i int, ns *nodeState) *report.Instance {
 	return nil
 }
 
-// pace runs step 8: which outdated instances may be updated now.
+// defaultProgressDeadline stands in for a strategy's progressDeadline
+// when a model gives none (render always does).
+const defaultProgressDeadline = 10 * time.Minute
+
+// strategyOf returns svc's strategy, with the zero fields of a model made
+// by hand taken as render's defaults: at most one replica unavailable.
+func strategyOf(svc *render.Service) render.Strategy {
+	st := svc.Strategy
+	if st.MaxUnavailable <= 0 && st.MaxSurge <= 0 {
+		st.MaxUnavailable = 1
+	}
+	if st.ProgressDeadline <= 0 {
+		st.ProgressDeadline = render.Duration(defaultProgressDeadline)
+	}
+	if st.FailureAction == "" {
+		st.FailureAction = render.FailurePause
+	}
+	return st
+}
+
+// members returns the names of a Service's replicas, in index order, and
+// then of its surge instances.
+func members(svc *render.Service) []string {
+	return append(slices.Clip(svc.Instances), svc.Surge...)
+}
+
+// available reports whether an instance as its node reports it counts as
+// available: ready, and for minReady at least at the cluster time. (An
+// older agent's report, without readiness, counts a running instance as
+// ready since ever.)
+func (p *planner) available(ri *report.Instance, minReady time.Duration) bool {
+	if ri == nil || !ri.IsReady() {
+		return false
+	}
+	return ri.ReadySince.IsZero() || !p.plan.ClusterTime.Before(ri.ReadySince.Add(minReady))
+}
+
+// surging decides, before placement, which Services run their surge
+// instances: those with a replica that an alive node reports at an
+// outdated spec (a restart or a replace away from the rendered one), and
+// those whose surge instances run while a replica is not yet available at
+// the rendered spec (the rollout's last step). A Service whose replicas
+// crash at steady state does not surge.
+func (p *planner) surging() {
+	p.rolling = map[string]bool{}
+	for i := range p.m.Services {
+		svc := &p.m.Services[i]
+		if len(svc.Surge) == 0 {
+			continue
+		}
+		minReady := time.Duration(strategyOf(svc).MinReadySeconds) * time.Second
+		outdated, allAvailable, surgeRuns := false, true, false
+		for _, name := range svc.Instances {
+			k := p.index[name]
+			inst := &p.m.Instances[k]
+			current := false
+			for _, sg := range p.sightings[k] {
+				if !sg.node.Alive {
+					continue
+				}
+				switch render.ClassifyHashChange(sg.inst.SpecHash, inst.SpecHash) {
+				case render.ChangeReplace, render.ChangeRestart:
+					outdated = true
+				default:
+					current = current || p.available(sg.inst, minReady)
+				}
+			}
+			allAvailable = allAvailable && current
+		}
+		for _, name := range svc.Surge {
+			for _, sg := range p.sightings[p.index[name]] {
+				surgeRuns = surgeRuns || (sg.node.Alive && sg.inst.State != report.StateStopped)
+			}
+		}
+		p.rolling[svc.Name] = outdated || (surgeRuns && !allAvailable)
+	}
+}
+
+// pace runs step 8: which outdated instances may be updated now. Every
+// node paces from the same reports, without a coordinator: of a
+// Service's members (its replicas and the surge instances placed), those
+// available (ready for minReadySeconds on an alive node) may fall to
+// Replicas − maxUnavailable and no lower, so the outdated available ones
+// are released, in index order, only as far as that allows; an outdated
+// member that is not available is released at once (it serves nothing).
+// A member started at the rendered spec and not ready within
+// progressDeadline fails the rollout: with failureAction pause nothing
+// more is released; with continue it counts as available.
 func (p *planner) pace() {
 	for i := range p.m.Instances {
 		inst := &p.m.Instances[i]
@@ -963,48 +1061,112 @@ func (p *planner) pace() {
 			pl.Released = true // a Jail has no siblings to pace against
 		}
 	}
-	for _, svc := range p.m.Services {
-		var outdatedRunning []*Placement
-		var unavailable []string
-		for _, name := range svc.Instances {
+	p.rollouts = make([]*Rollout, len(p.m.Services))
+	for i := range p.m.Services {
+		svc := &p.m.Services[i]
+		st := strategyOf(svc)
+		minReady := time.Duration(st.MinReadySeconds) * time.Second
+		ro := &Rollout{Replicas: len(svc.Instances), MinAvailable: max(0, len(svc.Instances)-st.MaxUnavailable)}
+		var outdatedAvailable []*Placement
+		var notAvailable []string
+		outdated := 0
+		for _, name := range members(svc) {
 			k := int(p.index[name])
-			pl := p.placed[k]
+			inst, pl := &p.m.Instances[k], p.placed[k]
 			if pl == nil {
 				continue
 			}
 			ri := p.reportedOn(k, p.on[k])
-			running := ri != nil && ri.State == report.StateRunning
+			avail := p.on[k].Alive && p.available(ri, minReady)
+			if inst.Surge {
+				ro.Surge++
+			} else if ri != nil && pl.Outdated == "" {
+				ro.Updated++
+			}
+			if pl.Outdated == "" && ri != nil && !ri.IsReady() && !ri.SpecSince.IsZero() &&
+				p.plan.ClusterTime.Sub(ri.SpecSince) > time.Duration(st.ProgressDeadline) {
+				ro.Failed = append(ro.Failed, name)
+				avail = avail || st.FailureAction == render.FailureContinue
+			}
+			if pl.Outdated != "" {
+				outdated++
+			}
 			switch {
-			case pl.Outdated != "" && !running:
-				pl.Released = true // not serving anyway: update at once
-				unavailable = append(unavailable, name)
-			case pl.Outdated != "":
-				outdatedRunning = append(outdatedRunning, pl)
-			case !running:
-				unavailable = append(unavailable, name)
+			case avail:
+				ro.Available++
+				if pl.Outdated != "" {
+					outdatedAvailable = append(outdatedAvailable, pl)
+				}
+			default:
+				notAvailable = append(notAvailable, name)
 			}
 		}
-		if len(outdatedRunning) == 0 {
+		if outdated == 0 && ro.Surge == 0 && len(ro.Failed) == 0 {
 			continue
 		}
-		if len(unavailable) > 0 {
-			p.warn(WarnRolloutPaused, svc.Name, "rollout of %s waits: %s not running at the new spec yet (%d outdated replicas left)",
-				svc.Name, strings.Join(unavailable, ", "), len(outdatedRunning))
+		p.rollouts[i] = ro
+		if len(ro.Failed) > 0 && st.FailureAction == render.FailurePause {
+			ro.Paused = true
+			p.warn(WarnRolloutPaused, svc.Name, "rollout of %s is paused: %s not ready within the progressDeadline of %s; the other replicas are left as they are until the spec changes (fix it, or git revert)",
+				svc.Name, listed(ro.Failed), time.Duration(st.ProgressDeadline))
 			continue
 		}
-		outdatedRunning[0].Released = true // Service.Instances is in index order
+		for _, name := range members(svc) {
+			k := int(p.index[name])
+			if pl := p.placed[k]; pl != nil && pl.Outdated != "" && !slices.Contains(outdatedAvailable, pl) {
+				pl.Released = true // not serving anyway: update at once
+			}
+		}
+		budget := ro.Available - ro.MinAvailable
+		for _, pl := range outdatedAvailable {
+			if budget <= 0 {
+				break
+			}
+			pl.Released = true
+			budget--
+		}
+		if left := len(outdatedAvailable) - max(0, ro.Available-ro.MinAvailable); left > 0 && len(notAvailable) > 0 {
+			p.warn(WarnRolloutWaiting, svc.Name, "rollout of %s waits: %s not available yet (%d outdated %s left)",
+				svc.Name, listed(notAvailable), left, pluralWord(left, "replica"))
+		}
 	}
 }
 
-// endpoints runs step 7.
+// draining reports whether the copy of instance k that sg sees is being
+// taken out of service, so that it leaves every node's endpoints before
+// its node stops it: a surge instance whose rollout is over, a copy on a
+// node other than the instance's placement once the placement's copy is
+// ready (make before break) or at once for a stateful one (break before
+// make), and a copy released for a restart or a replace. A replica that
+// can be placed nowhere keeps serving where it runs.
+func (p *planner) draining(k int32, sg sighting) bool {
+	pl, inst := p.placed[k], &p.m.Instances[k]
+	switch {
+	case pl == nil:
+		return inst.Surge
+	case sg.node != p.on[k]:
+		if inst.Stateful {
+			return true
+		}
+		ri := p.reportedOn(int(k), p.on[k])
+		return ri != nil && ri.IsReady()
+	default:
+		return pl.Released
+	}
+}
+
+// endpoints runs step 7: every member of a Service reported ready on an
+// alive node, but those being drained.
 func (p *planner) endpoints() {
-	for _, svc := range p.m.Services {
-		s := Service{Name: svc.Name, VIP: svc.VIP.Addr, Port: svc.Port, Endpoints: []Endpoint{}}
+	for i := range p.m.Services {
+		svc := &p.m.Services[i]
+		s := Service{Name: svc.Name, VIP: svc.VIP.Addr, Port: svc.Port, Endpoints: []Endpoint{}, Rollout: p.rollouts[i]}
 		seen := map[netip.Addr]bool{}
-		for _, name := range svc.Instances {
-			for _, sg := range p.sightings[p.index[name]] {
+		for _, name := range members(svc) {
+			k := p.index[name]
+			for _, sg := range p.sightings[k] {
 				ri := sg.inst
-				if !sg.node.Alive || ri.State != report.StateRunning || !ri.Address.Is4() || seen[ri.Address] {
+				if !sg.node.Alive || !ri.IsReady() || !ri.Address.Is4() || seen[ri.Address] || p.draining(k, sg) {
 					continue
 				}
 				seen[ri.Address] = true

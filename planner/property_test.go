@@ -867,7 +867,7 @@ func TestPropertyPlacedOrUnschedulable(t *testing.T) {
 	})
 }
 
-func TestPropertyOneRunningReplicaReleasedPerService(t *testing.T) {
+func TestPropertyRolloutKeepsMinAvailable(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		sc := genScenario(t)
 		p := Compute(sc.input())
@@ -887,29 +887,43 @@ func TestPropertyOneRunningReplicaReleasedPerService(t *testing.T) {
 				t.Fatalf("%s released with nothing to update", pl.Instance)
 			}
 		}
+		// No plan takes more available members of a Service out of
+		// service than its strategy allows: those available (ready on an
+		// alive node) may fall to Replicas − maxUnavailable and no lower,
+		// and the ones released are the first outdated ones in index
+		// order. Whatever reports arrive, in whatever order: the
+		// scenario's are random, stale, duplicated and shuffled.
+		alive := map[string]bool{}
+		for _, n := range p.Nodes {
+			alive[n.Name] = n.Alive
+		}
 		for _, svc := range sc.model.Services {
-			var running, outdatedRunning []string
-			for _, name := range svc.Instances {
+			st := strategyOf(&svc)
+			var available, outdatedAvailable, released []string
+			for _, name := range append(slices.Clone(svc.Instances), svc.Surge...) {
 				pl := placementOf(p, name)
 				if pl == nil {
 					continue
 				}
 				ri := reportedAt(eff, pl.Node, name)
-				if ri == nil || ri.State != report.StateRunning {
+				if ri == nil || !alive[pl.Node] || !ri.IsReady() {
 					continue
 				}
+				available = append(available, name)
 				if pl.Outdated != "" {
-					outdatedRunning = append(outdatedRunning, name)
+					outdatedAvailable = append(outdatedAvailable, name)
 				}
 				if pl.Released {
-					running = append(running, name)
+					released = append(released, name)
 				}
 			}
-			if len(running) > 1 {
-				t.Fatalf("Service %s: %d running replicas released at once: %v", svc.Name, len(running), running)
+			allowed := max(0, len(available)-(len(svc.Instances)-st.MaxUnavailable))
+			if len(released) > allowed || len(released) > st.MaxUnavailable+st.MaxSurge {
+				t.Fatalf("Service %s: %d available members released at once (%v), %d allowed (%d available of %d replicas, maxUnavailable %d)",
+					svc.Name, len(released), released, allowed, len(available), len(svc.Instances), st.MaxUnavailable)
 			}
-			if len(running) == 1 && running[0] != outdatedRunning[0] {
-				t.Fatalf("Service %s: released %s before %s (lowest index first)", svc.Name, running[0], outdatedRunning[0])
+			if !slices.Equal(released, outdatedAvailable[:len(released)]) {
+				t.Fatalf("Service %s: released %v, want the first outdated ones in index order %v", svc.Name, released, outdatedAvailable)
 			}
 		}
 	})
@@ -963,10 +977,31 @@ func TestPropertyOutputsAgreeWithReports(t *testing.T) {
 		for _, svc := range sc.model.Services {
 			var want []Endpoint
 			taken := map[netip.Addr]bool{} // one endpoint per address
-			for _, name := range svc.Instances {
+			placedOn := map[string]Placement{}
+			for _, pl := range p.Placements {
+				placedOn[pl.Instance] = pl
+			}
+			// A copy leaves the endpoints when its node is about to stop
+			// it: a surge instance no longer placed, a copy away from its
+			// placement once the placement's copy is ready (at once when
+			// stateful), a copy released for a restart or a replace.
+			draining := func(name, node string) bool {
+				pl, ok := placedOn[name]
+				inst := sc.model.Instance(name)
+				switch {
+				case !ok:
+					return inst.Surge
+				case node != pl.Node:
+					kept := reportedAt(eff, pl.Node, name)
+					return inst.Stateful || (kept != nil && kept.IsReady())
+				default:
+					return pl.Released
+				}
+			}
+			for _, name := range append(slices.Clone(svc.Instances), svc.Surge...) {
 				for _, node := range sortedKeys(eff) {
 					// Nodes are in name order in the model, as in sortedKeys.
-					if ri := eff[node].Instance(name); alive[node] && ri != nil && ri.State == report.StateRunning && ri.Address.IsValid() && !taken[ri.Address] {
+					if ri := eff[node].Instance(name); alive[node] && ri != nil && ri.IsReady() && ri.Address.IsValid() && !taken[ri.Address] && !draining(name, node) {
 						taken[ri.Address] = true
 						want = append(want, Endpoint{Instance: name, Node: node, Address: ri.Address})
 					}

@@ -176,10 +176,36 @@ type Unschedulable struct {
 
 // Service is a Service's proxy configuration, the same on every node.
 type Service struct {
-	Name      string     `json:"name"`
-	VIP       netip.Addr `json:"vip"`
-	Port      int        `json:"port"`
+	Name string     `json:"name"`
+	VIP  netip.Addr `json:"vip"`
+	Port int        `json:"port"`
+	// Endpoints are the replicas reported ready on alive nodes, less
+	// those being drained (Draining).
 	Endpoints []Endpoint `json:"endpoints"`
+	// Rollout is where the Service's rollout stands; nil when no replica
+	// is outdated, no surge instance is placed and nothing failed.
+	Rollout *Rollout `json:"rollout,omitempty"`
+}
+
+// Rollout is a Service's rollout as the plan paces it (step 8).
+type Rollout struct {
+	// Replicas is how many the Service wants, Updated how many of them
+	// run the rendered spec on their node, Available how many members
+	// (replicas and surge instances) have been ready for the strategy's
+	// minReadySeconds, and MinAvailable how many must stay so.
+	Replicas     int `json:"replicas"`
+	Updated      int `json:"updated"`
+	Available    int `json:"available"`
+	MinAvailable int `json:"minAvailable"`
+	// Surge is how many surge instances are placed.
+	Surge int `json:"surge,omitempty"`
+	// Failed names the members started at the rendered spec that were
+	// not ready within the strategy's progressDeadline.
+	Failed []string `json:"failed,omitempty"`
+	// Paused is true when a member failed and the strategy's
+	// failureAction is pause: nothing more is released until the failed
+	// members are ready or the spec changes (git revert).
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Endpoint is a replica that may receive connections.
@@ -226,6 +252,7 @@ const (
 	WarnDuplicate      = "duplicate-instance"
 	WarnHeldTwice      = "volumes-held-twice"
 	WarnIngressNoNode  = "ingress-without-node"
+	WarnRolloutWaiting = "rollout-waiting"
 	WarnRolloutPaused  = "rollout-paused"
 	WarnSpecNodeIgnore = "pin-overrides-constraints"
 	WarnNodeLeaving    = "node-leaving"

@@ -185,7 +185,7 @@ type Strategy struct {
 	MinReadySeconds int `json:"minReadySeconds" yaml:"minReadySeconds"`
 	// ProgressDeadline is how long a replica started at the new spec may
 	// take to become ready before the rollout counts as failed.
-	ProgressDeadline Duration `json:"progressDeadline" yaml:"progressDeadline"`
+	ProgressDeadline Duration `json:"progressDeadline,omitzero" yaml:"progressDeadline,omitempty"`
 	// FailureAction is what a failed rollout does: FailurePause stops
 	// releasing replicas, FailureContinue goes on.
 	FailureAction string `json:"failureAction" yaml:"failureAction"`
@@ -241,7 +241,7 @@ type JailSpec struct {
 	Checks Checks `json:"checks,omitzero" yaml:"checks,omitempty"`
 	// TerminationGracePeriod is how long the instance's command has
 	// between SIGTERM and SIGKILL when it is stopped.
-	TerminationGracePeriod Duration `json:"terminationGracePeriod" yaml:"terminationGracePeriod"`
+	TerminationGracePeriod Duration `json:"terminationGracePeriod,omitzero" yaml:"terminationGracePeriod,omitempty"`
 }
 
 // Checks are an instance's health checks (docs/spec.md, "Health checks").
@@ -264,9 +264,9 @@ type Check struct {
 	Exec *ExecCheck `json:"exec,omitempty" yaml:"exec,omitempty"`
 	// Period is the time between two runs once the check has passed;
 	// until it first passes it runs sooner (docs/spec.md).
-	Period Duration `json:"period" yaml:"period"`
+	Period Duration `json:"period,omitzero" yaml:"period,omitempty"`
 	// Timeout bounds one run; a run that takes longer fails.
-	Timeout Duration `json:"timeout" yaml:"timeout"`
+	Timeout Duration `json:"timeout,omitzero" yaml:"timeout,omitempty"`
 	// SuccessThreshold is how many passes in a row turn a failing check
 	// passing, FailureThreshold how many failures in a row turn a passing
 	// one failing.

@@ -1,0 +1,286 @@
+package planner
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+)
+
+// replica is one replica as a test's world holds it: on node a, b or c
+// by index, at the rendered spec or not, ready or not.
+type replica struct {
+	outdated   bool // runs the spec before editEnv was undone
+	state      report.State
+	ready      *bool     // nil: an agent that runs no checks
+	readySince time.Time // zero: since ever
+	specSince  time.Time
+}
+
+var yes, no = ptr(true), ptr(false)
+
+func ptr[T any](v T) *T { return &v }
+
+// rolloutWorld is a Service web of n replicas on nodes a, b and c, and
+// the reports that say how each replica runs, dated at secs(0).
+func rolloutWorld(t *testing.T, n int, st render.Strategy, reps map[int]replica) (*render.Model, []report.Report) {
+	t.Helper()
+	m := repoDef{Nodes: tableNodes("a", "b", "c"),
+		Workloads: []workloadDef{{Service: true, Name: "web", Replicas: n, Env: map[string]string{"X": "1"}}}}.model(t)
+	m.Services[0].Strategy = st
+	nodes := []string{"a", "b", "c"}
+	byNode := map[string][]report.Instance{}
+	for i := range n {
+		r, ok := reps[i]
+		if !ok {
+			continue
+		}
+		name := fmt.Sprintf("web-%d", i)
+		hash := hashOf(t, m, name)
+		if r.outdated {
+			hash = hashAfter(t, m, name, editEnv)
+		}
+		node := nodes[i%3]
+		ri := report.Instance{Name: name, State: r.state, SpecHash: hash, Ready: r.ready, ReadySince: r.readySince, SpecSince: r.specSince,
+			Address: mustAddr(fmt.Sprintf("10.200.%d.%d", i%3+1, 10+i))}
+		byNode[node] = append(byNode[node], ri)
+	}
+	var rs []report.Report
+	for _, node := range nodes {
+		rs = append(rs, reportOf(node, secs(0), byNode[node]...))
+	}
+	return m, rs
+}
+
+func released(p *Plan) []string {
+	var out []string
+	for _, pl := range p.Placements {
+		if pl.Released {
+			out = append(out, pl.Instance)
+		}
+	}
+	return out
+}
+
+func endpointNames(s *Service) []string {
+	var out []string
+	for _, ep := range s.Endpoints {
+		out = append(out, ep.Instance)
+	}
+	return out
+}
+
+func running(outdated bool, ready *bool) replica {
+	return replica{outdated: outdated, state: report.StateRunning, ready: ready}
+}
+
+func TestEndpointsFollowReadiness(t *testing.T) {
+	m, rs := rolloutWorld(t, 4, render.Strategy{}, map[int]replica{
+		0: running(false, yes),
+		1: running(false, no),  // started, its port not bound yet
+		2: running(false, nil), // an older agent: running counts as ready
+		3: {state: report.StateStarting, ready: no},
+	})
+	p := plan(m, rs...)
+	if got := endpointNames(planService(p, "web")); !slices.Equal(got, []string{"web-0", "web-2"}) {
+		t.Fatalf("endpoints %v, want the ready replicas web-0 and web-2", got)
+	}
+}
+
+func TestReleasedReplicaLeavesEndpoints(t *testing.T) {
+	// Every node plans the same from the same reports: the replica a
+	// node is about to restart leaves every proxy in the same plan.
+	m, rs := rolloutWorld(t, 3, render.Strategy{}, map[int]replica{0: running(true, yes), 1: running(true, yes), 2: running(true, yes)})
+	p := plan(m, rs...)
+	if got := released(p); !slices.Equal(got, []string{"web-0"}) {
+		t.Fatalf("released %v, want web-0", got)
+	}
+	if got := endpointNames(planService(p, "web")); !slices.Equal(got, []string{"web-1", "web-2"}) {
+		t.Fatalf("endpoints %v, want web-1 and web-2 (web-0 drains)", got)
+	}
+}
+
+func TestMaxUnavailable(t *testing.T) {
+	all := func(n int) map[int]replica {
+		out := map[int]replica{}
+		for i := range n {
+			out[i] = running(true, yes)
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		n    int
+		st   render.Strategy
+		reps map[int]replica
+		want []string
+	}{
+		{name: "two at once", n: 5, st: render.Strategy{MaxUnavailable: 2}, reps: all(5), want: []string{"web-0", "web-1"}},
+		{name: "one already restarting leaves room for one", n: 5, st: render.Strategy{MaxUnavailable: 2},
+			reps: func() map[int]replica { r := all(5); r[0] = replica{state: report.StateStarting, ready: no}; return r }(),
+			want: []string{"web-1"}},
+		{name: "a crashed up-to-date replica uses the budget", n: 3, st: render.Strategy{MaxUnavailable: 1},
+			reps: func() map[int]replica { r := all(3); r[2] = replica{state: report.StateCrashLoop, ready: no}; return r }()},
+		{name: "an outdated replica that serves nothing goes at once", n: 3, st: render.Strategy{MaxUnavailable: 1},
+			reps: func() map[int]replica {
+				r := all(3)
+				r[1] = replica{outdated: true, state: report.StateRunning, ready: no}
+				return r
+			}(),
+			want: []string{"web-1"}},
+		{name: "a replica with no report yet counts as unavailable", n: 3, st: render.Strategy{MaxUnavailable: 1},
+			reps: map[int]replica{0: running(true, yes), 1: running(true, yes)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m, rs := rolloutWorld(t, tc.n, tc.st, tc.reps)
+			p := plan(m, rs...)
+			if got := released(p); !slices.Equal(got, tc.want) {
+				t.Fatalf("released %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMinReadySeconds(t *testing.T) {
+	st := render.Strategy{MaxUnavailable: 1, MinReadySeconds: 5}
+	updated := func(readyFor int) replica {
+		return replica{state: report.StateRunning, ready: yes, readySince: secs(-readyFor), specSince: secs(-readyFor - 1)}
+	}
+	m, rs := rolloutWorld(t, 3, st, map[int]replica{0: updated(3), 1: running(true, yes), 2: running(true, yes)})
+	if got := released(plan(m, rs...)); len(got) != 0 {
+		t.Fatalf("released %v while web-0 has been ready for 3 s of the 5 required", got)
+	}
+	m, rs = rolloutWorld(t, 3, st, map[int]replica{0: updated(6), 1: running(true, yes), 2: running(true, yes)})
+	if got := released(plan(m, rs...)); !slices.Equal(got, []string{"web-1"}) {
+		t.Fatalf("released %v once web-0 has been ready for 6 s, want web-1", got)
+	}
+}
+
+func TestProgressDeadline(t *testing.T) {
+	broken := func(startedAgo time.Duration) replica {
+		return replica{state: report.StateRunning, ready: no, specSince: t0.Add(-startedAgo)}
+	}
+	reps := func(r replica) map[int]replica {
+		return map[int]replica{0: r, 1: running(true, yes), 2: running(true, yes)}
+	}
+	t.Run("within the deadline the rollout waits", func(t *testing.T) {
+		m, rs := rolloutWorld(t, 3, render.Strategy{MaxUnavailable: 1, ProgressDeadline: render.Duration(time.Minute)}, reps(broken(30*time.Second)))
+		p := plan(m, rs...)
+		ro := planService(p, "web").Rollout
+		if ro == nil || ro.Paused || len(released(p)) != 0 || warningOf(p, WarnRolloutWaiting, "web") == nil {
+			t.Fatalf("rollout %+v released %v warnings %v: want waiting, not paused", ro, released(p), p.Warnings)
+		}
+	})
+	t.Run("past it a pause releases nothing more", func(t *testing.T) {
+		// maxUnavailable 2 would otherwise release web-1.
+		m, rs := rolloutWorld(t, 3, render.Strategy{MaxUnavailable: 2, ProgressDeadline: render.Duration(time.Minute)}, reps(broken(2*time.Minute)))
+		p := plan(m, rs...)
+		ro := planService(p, "web").Rollout
+		if ro == nil || !ro.Paused || !slices.Equal(ro.Failed, []string{"web-0"}) || len(released(p)) != 0 {
+			t.Fatalf("rollout %+v released %v: want paused on web-0, nothing released", ro, released(p))
+		}
+		if w := warningOf(p, WarnRolloutPaused, "web"); w == nil {
+			t.Fatalf("no %s warning: %v", WarnRolloutPaused, p.Warnings)
+		}
+		if got := endpointNames(planService(p, "web")); !slices.Equal(got, []string{"web-1", "web-2"}) {
+			t.Fatalf("endpoints %v, want the old replicas serving", got)
+		}
+	})
+	t.Run("failureAction continue goes on", func(t *testing.T) {
+		m, rs := rolloutWorld(t, 3, render.Strategy{MaxUnavailable: 1, ProgressDeadline: render.Duration(time.Minute), FailureAction: render.FailureContinue}, reps(broken(2*time.Minute)))
+		p := plan(m, rs...)
+		if ro := planService(p, "web").Rollout; ro == nil || ro.Paused || !slices.Equal(released(p), []string{"web-1"}) {
+			t.Fatalf("rollout %+v released %v: want web-1 released past the failed web-0", ro, released(p))
+		}
+	})
+	t.Run("git revert rolls the failed replica back at once", func(t *testing.T) {
+		// After the revert the rendered spec is the old one again: the
+		// failed replica is the outdated one, and serves nothing.
+		m, rs := rolloutWorld(t, 3, render.Strategy{MaxUnavailable: 1, ProgressDeadline: render.Duration(time.Minute)},
+			map[int]replica{0: {outdated: true, state: report.StateRunning, ready: no, specSince: secs(-600)}, 1: running(false, yes), 2: running(false, yes)})
+		p := plan(m, rs...)
+		if ro := planService(p, "web").Rollout; ro == nil || ro.Paused || !slices.Equal(released(p), []string{"web-0"}) {
+			t.Fatalf("rollout %+v released %v: want web-0 released", ro, released(p))
+		}
+	})
+}
+
+// TestRolloutSimulation drives whole rollouts step by step: at each step
+// the replicas released by the plan restart at the new spec, and become
+// ready a random number of steps later; reports reach the planner late
+// (each node's report may be some steps old). The available replicas never
+// fall below Replicas − maxUnavailable as the up-to-date world has them,
+// and the rollout always finishes.
+func TestRolloutSimulation(t *testing.T) {
+	for seed := range 200 {
+		n := 2 + seed%5
+		maxUnavail := 1 + seed%2
+		rng := uint64(seed)*0x9e3779b97f4a7c15 + 1
+		rand := func(k int) int {
+			rng ^= rng << 13
+			rng ^= rng >> 7
+			rng ^= rng << 17
+			return int(rng % uint64(k))
+		}
+		m, _ := rolloutWorld(t, n, render.Strategy{MaxUnavailable: maxUnavail}, nil)
+		type world struct {
+			outdated bool
+			readyAt  int // the step from which it is ready
+		}
+		cur := make([]world, n)
+		for i := range cur {
+			cur[i] = world{outdated: true, readyAt: -1000}
+		}
+		var history [][]world
+		lag := rand(3)
+		for step := 0; ; step++ {
+			if step > 100*n {
+				t.Fatalf("seed %d: the rollout of %d replicas did not finish in %d steps", seed, n, step)
+			}
+			history = append(history, slices.Clone(cur))
+			seenAt := history[max(0, len(history)-1-lag)]
+			reps := map[int]replica{}
+			for i, w := range seenAt {
+				ready := yes
+				if w.readyAt > step-lag {
+					ready = no
+				}
+				reps[i] = replica{outdated: w.outdated, state: report.StateRunning, ready: ready}
+			}
+			_, rs := rolloutWorld(t, n, render.Strategy{MaxUnavailable: maxUnavail}, reps)
+			p := plan(m, rs...)
+			done := true
+			for i := range cur {
+				if cur[i].outdated || cur[i].readyAt > step {
+					done = false
+				}
+			}
+			if done {
+				break
+			}
+			for _, name := range released(p) {
+				var i int
+				fmt.Sscanf(name, "web-%d", &i)
+				if cur[i].outdated {
+					cur[i] = world{outdated: false, readyAt: step + 1 + rand(3)}
+				}
+			}
+			avail := 0
+			for _, w := range cur {
+				if w.readyAt <= step {
+					avail++
+				}
+			}
+			// A release acts at once here, while the reports seen lag: a
+			// stale view releases only replicas it sees outdated, which
+			// are no longer, or ones whose predecessors it saw ready.
+			if avail < n-maxUnavail {
+				t.Fatalf("seed %d step %d: %d of %d replicas available, fewer than %d", seed, step, avail, n, n-maxUnavail)
+			}
+		}
+	}
+}
