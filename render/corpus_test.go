@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/keel-dev/keel/render"
 )
@@ -2712,7 +2713,7 @@ spec:
 		},
 	},
 	{
-		name: "Jail defaults: command, resources, restartPolicy and the cluster's bridge",
+		name: "Jail defaults: command, resources, restartPolicy, terminationGracePeriod, no checks and the cluster's bridge",
 		files: map[string]string{
 			"cluster.yaml": corpusBase["cluster.yaml"] + "  bridge: keel3\n",
 			"jails/tools.yaml": `apiVersion: keel/v1
@@ -2740,6 +2741,8 @@ spec:
 				Network:       render.Network{Bridge: "keel3"},
 				Resources:     render.Resources{CPU: 1000, Memory: 512 << 20},
 				RestartPolicy: "Always",
+				// A Jail without checks gets none: it is ready when running.
+				TerminationGracePeriod: render.Duration(10 * time.Second),
 			})
 			corpusEqual(t, "tools.Node", tools.Node, "")
 			corpusEqual(t, "tools.Stateful", tools.Stateful, false)
