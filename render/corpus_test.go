@@ -2373,8 +2373,14 @@ spec:
 
 func TestCorpusInvalid(t *testing.T) {
 	t.Parallel()
+	runCorpusInvalid(t, corpusInvalid)
+}
+
+// runCorpusInvalid renders each case and checks that it reports exactly
+// the errors the case expects, in order, and that the error text is them.
+func runCorpusInvalid(t *testing.T, cases []corpusInvalidCase) {
 	seen := map[string]bool{}
-	for _, tc := range corpusInvalid {
+	for _, tc := range cases {
 		if seen[tc.name] {
 			t.Fatalf("two cases are named %q", tc.name)
 		}
@@ -3093,7 +3099,13 @@ spec:
 
 func TestCorpusValid(t *testing.T) {
 	t.Parallel()
-	for _, tc := range corpusValid {
+	runCorpusValid(t, corpusValid)
+}
+
+// runCorpusValid renders each case, which must have no error, and runs
+// its check on the model.
+func runCorpusValid(t *testing.T, cases []corpusValidCase) {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			m, err := render.Render(corpusFS(tc.files, tc.drop))
