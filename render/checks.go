@@ -48,9 +48,9 @@ var failureActions = []string{FailurePause, FailureContinue}
 // a readiness check gets one on the Service's port.
 func (r *renderer) resolveChecks(in checksInput, field string, at func(string) Position, svc *Service) Checks {
 	c := Checks{
-		Startup:   r.resolveCheck(in.Startup, field+".startup", at, svc),
-		Readiness: r.resolveCheck(in.Readiness, field+".readiness", at, svc),
-		Liveness:  r.resolveCheck(in.Liveness, field+".liveness", at, svc),
+		Startup:   r.resolveCheck(in.Startup, field, "startup", at, svc),
+		Readiness: r.resolveCheck(in.Readiness, field, "readiness", at, svc),
+		Liveness:  r.resolveCheck(in.Liveness, field, "liveness", at, svc),
 	}
 	if c.Readiness == nil && svc != nil {
 		c.Readiness = defaultReadiness(svc.Port)
@@ -71,13 +71,15 @@ func defaultReadiness(port int) *Check {
 	}
 }
 
-// resolveCheck validates one check. It returns nil only when the check is
-// not written: one written with errors is returned as far as it resolves,
-// so that no default stands in for it.
-func (r *renderer) resolveCheck(in *checkInput, field string, at func(string) Position, svc *Service) *Check {
+// resolveCheck validates the check of the given kind (startup, readiness
+// or liveness) in checks. It returns nil only when the check is not
+// written: one written with errors is returned as far as it resolves, so
+// that no default stands in for it.
+func (r *renderer) resolveCheck(in *checkInput, checks, kind string, at func(string) Position, svc *Service) *Check {
 	if in == nil {
 		return nil
 	}
+	field := checks + "." + kind
 	errorf := func(sub, format string, args ...any) {
 		p := join(field, sub)
 		r.diag.errorf(at(p), p, format, args...)
@@ -91,13 +93,13 @@ func (r *renderer) resolveCheck(in *checkInput, field string, at func(string) Po
 	// with it, rather than an error about a field the user did not write.
 	c.Timeout = cmp.Or(in.Timeout, min(DefaultCheckTimeout, c.Period))
 
-	var kinds []string
+	var probes []string
 	if t := in.TCP; t != nil {
-		kinds = append(kinds, "tcp")
+		probes = append(probes, "tcp")
 		c.TCP = &TCPCheck{Port: r.checkPort(t.Port, field+".tcp.port", at, svc)}
 	}
 	if h := in.HTTP; h != nil {
-		kinds = append(kinds, "http")
+		probes = append(probes, "http")
 		c.HTTP = &HTTPCheck{
 			Port:      r.checkPort(h.Port, field+".http.port", at, svc),
 			Path:      cmp.Or(h.Path, DefaultHTTPCheckPath),
@@ -117,19 +119,19 @@ func (r *renderer) resolveCheck(in *checkInput, field string, at func(string) Po
 		}
 	}
 	if e := in.Exec; e != nil {
-		kinds = append(kinds, "exec")
+		probes = append(probes, "exec")
 		c.Exec = &ExecCheck{Command: e.Command}
 		if len(e.Command) == 0 {
 			errorf("exec.command", "required: the command to run inside the instance, as a list (argv), e.g. [/usr/local/bin/healthcheck]")
 		}
 		r.checkArgv(e.Command, join(field, "exec.command"), at)
 	}
-	switch len(kinds) {
+	switch len(probes) {
 	case 0:
 		r.diag.errorf(at(field), field, "a check needs one of tcp, http or exec")
 	case 1:
 	case 2:
-		r.diag.errorf(at(field), field, "%s and %s are both set: a check has exactly one of tcp, http or exec", kinds[0], kinds[1])
+		r.diag.errorf(at(field), field, "%s and %s are both set: a check has exactly one of tcp, http or exec", probes[0], probes[1])
 	default:
 		r.diag.errorf(at(field), field, "tcp, http and exec are all set: a check has exactly one of them")
 	}
@@ -140,7 +142,6 @@ func (r *renderer) resolveCheck(in *checkInput, field string, at func(string) Po
 	if c.Timeout > c.Period {
 		errorf("timeout", "%s is longer than the period, %s: a run must end before the next one starts", c.Timeout, c.Period)
 	}
-	kind := field[strings.LastIndexByte(field, '.')+1:]
 	switch n := c.SuccessThreshold; {
 	case n < 1 || n > maxThreshold:
 		errorf("successThreshold", "%d is not a threshold (1-%d)", n, maxThreshold)
