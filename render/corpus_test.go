@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/keel-dev/keel/render"
 )
@@ -2372,8 +2373,14 @@ spec:
 
 func TestCorpusInvalid(t *testing.T) {
 	t.Parallel()
+	runCorpusInvalid(t, corpusInvalid)
+}
+
+// runCorpusInvalid renders each case and checks that it reports exactly
+// the errors the case expects, in order, and that the error text is them.
+func runCorpusInvalid(t *testing.T, cases []corpusInvalidCase) {
 	seen := map[string]bool{}
-	for _, tc := range corpusInvalid {
+	for _, tc := range cases {
 		if seen[tc.name] {
 			t.Fatalf("two cases are named %q", tc.name)
 		}
@@ -2712,7 +2719,7 @@ spec:
 		},
 	},
 	{
-		name: "Jail defaults: command, resources, restartPolicy and the cluster's bridge",
+		name: "Jail defaults: command, resources, restartPolicy, terminationGracePeriod, no checks and the cluster's bridge",
 		files: map[string]string{
 			"cluster.yaml": corpusBase["cluster.yaml"] + "  bridge: keel3\n",
 			"jails/tools.yaml": `apiVersion: keel/v1
@@ -2740,6 +2747,8 @@ spec:
 				Network:       render.Network{Bridge: "keel3"},
 				Resources:     render.Resources{CPU: 1000, Memory: 512 << 20},
 				RestartPolicy: "Always",
+				// A Jail without checks gets none: it is ready when running.
+				TerminationGracePeriod: render.Duration(10 * time.Second),
 			})
 			corpusEqual(t, "tools.Node", tools.Node, "")
 			corpusEqual(t, "tools.Stateful", tools.Stateful, false)
@@ -3090,7 +3099,13 @@ spec:
 
 func TestCorpusValid(t *testing.T) {
 	t.Parallel()
-	for _, tc := range corpusValid {
+	runCorpusValid(t, corpusValid)
+}
+
+// runCorpusValid renders each case, which must have no error, and runs
+// its check on the model.
+func runCorpusValid(t *testing.T, cases []corpusValidCase) {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			m, err := render.Render(corpusFS(tc.files, tc.drop))

@@ -24,7 +24,8 @@ type scalar interface {
 
 // maxDepth bounds nesting, including through aliases, so that a hostile
 // document (an alias that refers to its own ancestor) cannot recurse forever.
-// A Keel document needs 6 levels (spec.template.volumes[0].name).
+// A Keel document needs 8 levels
+// (spec.template.checks.liveness.exec.command[0]).
 const maxDepth = 32
 
 // msgTooDeep is the one error a document nested deeper than maxDepth gets,

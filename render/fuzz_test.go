@@ -30,6 +30,7 @@ func FuzzRender(f *testing.F) {
 		"apiVersion: keel/v1\nkind: Ingress\nmetadata: {name: i}\nspec: {host: a.b, path: \"\", backend: {service: web, port: 0}}\n",
 		"apiVersion: keel/v1\nkind: Jail\nmetadata: {name: a}\nspec: {image: base/x, env: &e {A: b, C: d}, volumes: [*e, *e, *e], command: &c [x, *c]}\n",
 		"apiVersion: keel/v1\nkind: Jail\nmetadata: {name: a}\nspec: {image: base/x, network: {address: 10.200.1.5/24}, volumes: [{name: d, mountPath: /d, size: 1G}]}\n---\napiVersion: keel/v1\nkind: Jail\nmetadata: {name: b}\nspec: {image: base/x, node: n1, network: {address: 10.200.1.127/25}, volumes: [{name: d, mountPath: /e, size: 1G}]}\n",
+		"apiVersion: keel/v1\nkind: Service\nmetadata: {name: web}\nspec:\n  replicas: 3\n  port: 80\n  strategy: {maxUnavailable: 25%, maxSurge: 1, minReadySeconds: 5, progressDeadline: 1m, failureAction: pause}\n  template:\n    image: base/x\n    terminationGracePeriod: 30s\n    checks:\n      startup: {tcp: {}}\n      readiness: {http: {path: /healthz, host: a.b, status: 200-299}, period: 2s, timeout: 1s, successThreshold: 2}\n      liveness: {exec: {command: [/bin/ok]}, failureThreshold: 5}\n",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s), []byte("apiVersion: keel/v1\nkind: Lock\nsubnets: {n1: 10.200.1.0/24}\nvips: {web: 10.201.0.9}\npins: {}\n"))
@@ -51,7 +52,7 @@ func FuzzRender(f *testing.F) {
 				if d.Pos.File == "" || d.Message == "" {
 					t.Fatalf("diagnostic without a position or message: %#v", d)
 				}
-				if d.Pos.File == "apps/x.yaml" && d.Pos.Line > bytes.Count(spec, []byte("\n"))+1 {
+				if d.Pos.File == "apps/x.yaml" && d.Pos.Line > yamlLines(spec) {
 					t.Fatalf("diagnostic past the end of the file: %#v", d)
 				}
 			}
@@ -60,4 +61,11 @@ func FuzzRender(f *testing.F) {
 			t.Fatal("Render returned no model")
 		}
 	})
+}
+
+// yamlLines counts the lines of data as YAML does: a line break is \r\n,
+// \n, or a \r alone (YAML 1.2, b-break), so "\r00" is two lines.
+func yamlLines(data []byte) int {
+	data = bytes.ReplaceAll(data, []byte("\r\n"), []byte("\n"))
+	return bytes.Count(data, []byte("\n")) + bytes.Count(data, []byte("\r")) + 1
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,25 @@ type restartPart struct {
 type livePart struct {
 	Resources     Resources `json:"resources"`
 	RestartPolicy string    `json:"restartPolicy"`
+	// Left out when zero, so that a spec built without them (by a test,
+	// say) hashes as it did before they existed.
+	Checks                 Checks   `json:"checks,omitzero"`
+	TerminationGracePeriod Duration `json:"terminationGracePeriod,omitzero"`
+}
+
+// hashedChecks is c without the marks of the checks render added: the
+// default readiness check written out is the same check, and hashes the
+// same.
+func hashedChecks(c Checks) Checks {
+	plain := func(c *Check) *Check {
+		if c == nil || !c.Default {
+			return c
+		}
+		p := *c
+		p.Default = false
+		return &p
+	}
+	return Checks{Startup: plain(c.Startup), Readiness: plain(c.Readiness), Liveness: plain(c.Liveness)}
 }
 
 func parts(s JailSpec) (any, any, any) {
@@ -71,7 +91,7 @@ func parts(s JailSpec) (any, any, any) {
 	}
 	return replacePart{Image: s.Image, VNet: s.Network.VNet, Bridge: s.Network.Bridge, Address: addr, Volumes: s.Volumes},
 		restartPart{Command: s.Command, Env: s.Env},
-		livePart{Resources: s.Resources, RestartPolicy: s.RestartPolicy}
+		livePart{Resources: s.Resources, RestartPolicy: s.RestartPolicy, Checks: hashedChecks(s.Checks), TerminationGracePeriod: s.TerminationGracePeriod}
 }
 
 // hashLen is the number of hex digits of each part of a specHash.
@@ -89,7 +109,7 @@ func partHash(v any) string {
 // SpecHash returns the stable hash of a rendered spec: 48 hex digits, the
 // first 16 covering what a replace changes (image, network, volumes), the
 // next 16 what a restart changes (command, env), the last 16 what is applied
-// live (resources, restartPolicy).
+// live (resources, restartPolicy, checks, terminationGracePeriod).
 func SpecHash(s JailSpec) string {
 	a, b, c := parts(s)
 	return partHash(a) + partHash(b) + partHash(c)
@@ -139,7 +159,78 @@ func CompareSpecs(from, to JailSpec) []FieldChange {
 		return strings.Join(parts, ", ")
 	})
 	add(from.RestartPolicy != to.RestartPolicy, "restartPolicy", ChangeLive, arrow(from.RestartPolicy, to.RestartPolicy))
+	add(!reflect.DeepEqual(hashedChecks(from.Checks), hashedChecks(to.Checks)), "checks", ChangeLive, func() string { return checksDiff(from.Checks, to.Checks) })
+	add(from.TerminationGracePeriod != to.TerminationGracePeriod, "terminationGracePeriod", ChangeLive, arrow(durationText(from.TerminationGracePeriod), durationText(to.TerminationGracePeriod)))
 	return out
+}
+
+func durationText(d Duration) string {
+	if d == 0 {
+		return "(none)"
+	}
+	return d.String()
+}
+
+// checksDiff describes what changed between two specs' checks, check by
+// check: +readiness: what it checks, -liveness, or startup: the fields
+// that changed, old → new.
+func checksDiff(from, to Checks) string {
+	var parts []string
+	for _, c := range []struct {
+		name string
+		a, b *Check
+	}{{"startup", from.Startup, to.Startup}, {"readiness", from.Readiness, to.Readiness}, {"liveness", from.Liveness, to.Liveness}} {
+		switch a, b := c.a, c.b; {
+		case a == nil && b == nil:
+		case a == nil:
+			parts = append(parts, "+"+c.name+": "+cutValue(probeText(b)))
+		case b == nil:
+			parts = append(parts, "-"+c.name)
+		default:
+			var ch []string
+			if pa, pb := probeText(a), probeText(b); pa != pb {
+				ch = append(ch, cutValue(pa)+" → "+cutValue(pb))
+			}
+			field := func(name string, x, y any) {
+				if x != y {
+					ch = append(ch, fmt.Sprintf("%s %v → %v", name, x, y))
+				}
+			}
+			field("period", a.Period, b.Period)
+			field("timeout", a.Timeout, b.Timeout)
+			field("successThreshold", a.SuccessThreshold, b.SuccessThreshold)
+			field("failureThreshold", a.FailureThreshold, b.FailureThreshold)
+			if len(ch) > 0 {
+				parts = append(parts, c.name+": "+strings.Join(ch, ", "))
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// probeText says what a check checks: "tcp 8080", "http 8080 /healthz",
+// "exec /bin/check -q"; "(default)" marks the one render added.
+func probeText(c *Check) string {
+	var s string
+	switch {
+	case c.TCP != nil:
+		s = fmt.Sprintf("tcp %d", c.TCP.Port)
+	case c.HTTP != nil:
+		h := c.HTTP
+		s = fmt.Sprintf("http %d %s", h.Port, h.Path)
+		if h.StatusMin != DefaultStatusMin || h.StatusMax != DefaultStatusMax {
+			s += fmt.Sprintf(" status %d-%d", h.StatusMin, h.StatusMax)
+		}
+		if h.Host != "" {
+			s += " host " + h.Host
+		}
+	case c.Exec != nil:
+		s = "exec " + commandText(c.Exec.Command)
+	}
+	if c.Default {
+		s += " (default)"
+	}
+	return s
 }
 
 // maxValueText bounds a value shown in a change's detail.

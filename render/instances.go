@@ -15,9 +15,10 @@ const maxReplicas = 10000
 var restartPolicies = []string{"Always", "OnFailure", "Never"}
 
 // resolveSpec validates a Jail spec or a Service template (field is "spec"
-// or "spec.template") and returns it with defaults applied. Volume names are
-// returned as written; the caller expands them.
-func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Position, m *Model, template bool) JailSpec {
+// or "spec.template"; svc is the template's Service, nil for a Jail) and
+// returns it with defaults applied. Volume names are returned as written;
+// the caller expands them.
+func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Position, m *Model, svc *Service) JailSpec {
 	f := func(sub string) string { return field + "." + sub }
 	errorf := func(sub, format string, args ...any) { r.diag.errorf(at(f(sub)), f(sub), format, args...) }
 
@@ -35,14 +36,7 @@ func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Posit
 	if len(s.Command) == 0 {
 		s.Command = slices.Clone(DefaultCommand)
 	}
-	for i, arg := range in.Command {
-		switch {
-		case i == 0 && arg == "":
-			errorf(fmt.Sprintf("command[%d]", i), "the program to run must not be empty")
-		case strings.ContainsRune(arg, 0):
-			errorf(fmt.Sprintf("command[%d]", i), "contains a NUL byte")
-		}
-	}
+	r.checkArgv(in.Command, f("command"), at)
 	for _, k := range slices.Sorted(maps.Keys(in.Env)) {
 		keyErrorf := func(format string, args ...any) {
 			r.diag.errorf(at(f("env."+k)+"#key"), f("env."+k), format, args...)
@@ -61,7 +55,7 @@ func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Posit
 	} else if !bridgeName.MatchString(s.Network.Bridge) {
 		errorf("network.bridge", "%q is not a Keel bridge name (want keel<N>, e.g. keel0)", s.Network.Bridge)
 	}
-	if template && in.Network.Address.IsValid() {
+	if svc != nil && in.Network.Address.IsValid() {
 		errorf("network.address", "not allowed in a Service template: each replica gets its own address")
 		s.Network.Address = Addr{}
 	}
@@ -97,6 +91,8 @@ func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Posit
 		paths[cleanPath(v.MountPath)] = i
 		s.Volumes = append(s.Volumes, Volume{Name: v.Name, MountPath: cleanPath(v.MountPath), Size: v.Size})
 	}
+	s.Checks = r.resolveChecks(in.Checks, f("checks"), at, svc)
+	s.TerminationGracePeriod = r.resolveGracePeriod(in.TerminationGracePeriod, f("terminationGracePeriod"), at)
 	return s
 }
 
@@ -201,7 +197,7 @@ func (r *renderer) buildInstances(m *Model) {
 	for _, d := range r.jails {
 		r.checkMetadata(d.v.Metadata, d.at)
 		name := d.v.Metadata.Name
-		spec := r.resolveSpec(d.v.Spec, "spec", d.at, m, false)
+		spec := r.resolveSpec(d.v.Spec, "spec", d.at, m, nil)
 		r.checkPlacement(d.v.Spec, "spec", d.at, m)
 		inst := Instance{
 			Name:         name,
@@ -254,11 +250,18 @@ func (r *renderer) buildInstances(m *Model) {
 			continue
 		}
 		services[name] = d.at("metadata.name")
-		tmpl := r.resolveSpec(s.Template, "spec.template", d.at, m, true)
+		tmpl := r.resolveSpec(s.Template, "spec.template", d.at, m, &svc)
 		r.checkPlacement(s.Template, "spec.template", d.at, m)
 		svc.Stateful = len(tmpl.Volumes) > 0
-		if last := fmt.Sprintf("%s-%d", name, max(svc.Replicas-1, 0)); len(last) > MaxNameLength && checkName(name) == "" {
-			r.diag.errorf(d.at("metadata.name"), "metadata.name", "replica name %q would be longer than %d characters", last, MaxNameLength)
+		svc.Strategy = r.resolveStrategy(s.Strategy, svc.Replicas, svc.Stateful, d.at)
+		// Surge instances follow the replicas: <name>-<replicas+i>.
+		total := svc.Replicas + svc.Strategy.MaxSurge
+		if last := fmt.Sprintf("%s-%d", name, max(total-1, 0)); len(last) > MaxNameLength && checkName(name) == "" {
+			what := "replica"
+			if total > svc.Replicas {
+				what = "surge instance"
+			}
+			r.diag.errorf(d.at("metadata.name"), "metadata.name", "%s name %q would be longer than %d characters", what, last, MaxNameLength)
 		}
 		if over {
 			// Reported by overCap; expanding is what must not happen.
@@ -266,13 +269,15 @@ func (r *renderer) buildInstances(m *Model) {
 			continue
 		}
 		svc.Instances = make([]string, 0, svc.Replicas)
-		// Replicas without volumes have the same spec: hash it once.
+		// Replicas without volumes have the same spec: hash it once. A
+		// surge instance is never stateful: it has that spec too.
 		var statelessHash string
 		if len(tmpl.Volumes) == 0 {
 			tmpl.Volumes = nil
 			statelessHash = SpecHash(tmpl)
 		}
-		for i := range svc.Replicas {
+		for i := range total {
+			surge := i >= svc.Replicas
 			rname := fmt.Sprintf("%s-%d", name, i)
 			spec := tmpl
 			spec.Volumes = make([]Volume, len(tmpl.Volumes))
@@ -291,9 +296,14 @@ func (r *renderer) buildInstances(m *Model) {
 				NodeSelector: nonEmpty(s.Template.NodeSelector),
 				Spec:         spec,
 				Stateful:     len(spec.Volumes) > 0,
+				Surge:        surge,
 				Source:       d.at(""),
 			}
-			if !claim(rname, d.at("metadata.name"), fmt.Sprintf(" (replica %d of Service %s)", i, name)) {
+			what := fmt.Sprintf(" (replica %d of Service %s)", i, name)
+			if surge {
+				what = fmt.Sprintf(" (surge instance %d of Service %s)", i-svc.Replicas, name)
+			}
+			if !claim(rname, d.at("metadata.name"), what) {
 				continue
 			}
 			claimVolumes(&inst, d.at, "spec.template", false)
@@ -302,7 +312,11 @@ func (r *renderer) buildInstances(m *Model) {
 				inst.SpecHash = SpecHash(inst.Spec)
 			}
 			m.Instances = append(m.Instances, inst)
-			svc.Instances = append(svc.Instances, rname)
+			if surge {
+				svc.Surge = append(svc.Surge, rname)
+			} else {
+				svc.Instances = append(svc.Instances, rname)
+			}
 		}
 		m.Services = append(m.Services, svc)
 	}
@@ -347,11 +361,11 @@ func replicas(d doc[serviceDoc]) int {
 }
 
 // declaredInstances counts the instances the repository declares: its
-// Jails and every Service's replicas.
+// Jails and every Service's replicas and surge instances.
 func (r *renderer) declaredInstances() int {
 	n := len(r.jails)
 	for _, d := range r.services {
-		n += replicas(d)
+		n += replicas(d) + surgeInstances(d)
 	}
 	return n
 }
@@ -368,19 +382,34 @@ func (r *renderer) overCap(m *Model) bool {
 		return false
 	}
 	const raise = "raise spec.maxInstances in " + ClusterFile
+	kinds := "Jails and Service replicas"
+	if slices.ContainsFunc(r.services, func(d doc[serviceDoc]) bool { return surgeInstances(d) > 0 }) {
+		kinds = "Jails, Service replicas and surge instances"
+	}
 	if len(r.jails) > limit {
 		d := r.jails[limit]
-		r.diag.errorf(d.at(""), "", "this Jail brings the cluster to %d instances (Jails and Service replicas), more than its maxInstances of %d: remove some, or %s (at most %d)", total, limit, raise, MaxInstancesLimit)
+		r.diag.errorf(d.at(""), "", "this Jail brings the cluster to %d instances (%s), more than its maxInstances of %d: remove some, or %s (at most %d)", total, kinds, limit, raise, MaxInstancesLimit)
 		return true
 	}
 	n := len(r.jails)
 	for _, d := range r.services {
-		if n += replicas(d); n > limit {
-			these := fmt.Sprintf("%d replicas bring", replicas(d))
-			if replicas(d) == 1 {
-				these = "1 replica brings"
+		reps, surge := replicas(d), surgeInstances(d)
+		if n += reps + surge; n > limit {
+			these, lower := fmt.Sprintf("%d replicas", reps), "replicas"
+			if reps == 1 {
+				these = "1 replica"
 			}
-			r.diag.errorf(d.at("spec.replicas"), "spec.replicas", "%s the cluster to %d instances (Jails and Service replicas), more than its maxInstances of %d: lower replicas, or %s (at most %d)", these, total, limit, raise, MaxInstancesLimit)
+			switch {
+			case surge == 1:
+				these, lower = these+" and 1 surge instance", "replicas or maxSurge"
+			case surge > 1:
+				these, lower = fmt.Sprintf("%s and %d surge instances", these, surge), "replicas or maxSurge"
+			}
+			verb := "bring"
+			if reps == 1 && surge == 0 {
+				verb = "brings"
+			}
+			r.diag.errorf(d.at("spec.replicas"), "spec.replicas", "%s %s the cluster to %d instances (%s), more than its maxInstances of %d: lower %s, or %s (at most %d)", these, verb, total, kinds, limit, lower, raise, MaxInstancesLimit)
 			break
 		}
 	}

@@ -85,7 +85,7 @@ type Cluster struct {
 	AllowEmpty      bool     `json:"allowEmpty" yaml:"allowEmpty"`
 	MinAgentVersion string   `json:"minAgentVersion" yaml:"minAgentVersion"`
 	// MaxInstances caps the number of instances (Jails plus Service
-	// replicas) the repository may declare.
+	// replicas and surge instances) the repository may declare.
 	MaxInstances int `json:"maxInstances" yaml:"maxInstances"`
 	// Gossip, when set, turns the gossip ring on (docs/agent.md, "Gossip").
 	Gossip *Gossip `json:"gossip,omitempty" yaml:"gossip,omitempty"`

@@ -88,6 +88,48 @@ type jailInput struct {
 	Volumes       []volumeInput     `yaml:"volumes"`
 	Node          string            `yaml:"node" default:"any node the planner picks"`
 	NodeSelector  map[string]string `yaml:"nodeSelector"`
+	Checks        checksInput       `yaml:"checks"`
+	// TerminationGracePeriod: a Duration is never zero once parsed, so
+	// it needs no default tag to refuse 0.
+	TerminationGracePeriod Duration `yaml:"terminationGracePeriod"`
+}
+
+// checksInput are the health checks of a Jail or a Service template
+// (docs/spec.md, "Health checks"); a check left out is not run.
+type checksInput struct {
+	Startup   *checkInput `yaml:"startup"`
+	Readiness *checkInput `yaml:"readiness"`
+	Liveness  *checkInput `yaml:"liveness"`
+}
+
+// checkInput is one check: exactly one of tcp, http and exec, and its
+// timing.
+type checkInput struct {
+	TCP              *tcpCheckInput  `yaml:"tcp"`
+	HTTP             *httpCheckInput `yaml:"http"`
+	Exec             *execCheckInput `yaml:"exec"`
+	Period           Duration        `yaml:"period"`
+	Timeout          Duration        `yaml:"timeout"`
+	SuccessThreshold int             `yaml:"successThreshold" default:"1"`
+	FailureThreshold int             `yaml:"failureThreshold" default:"3"`
+}
+
+// A check's port is a pointer because written as 0 (an error) is not the
+// same as left out: the Service's port in a template, required in a Jail
+// (see checkPort).
+type tcpCheckInput struct {
+	Port *int `yaml:"port"`
+}
+
+type httpCheckInput struct {
+	Port   *int        `yaml:"port"`
+	Path   string      `yaml:"path" default:"/"`
+	Host   string      `yaml:"host" default:"the instance's address"`
+	Status statusRange `yaml:"status"`
+}
+
+type execCheckInput struct {
+	Command []string `yaml:"command"`
 }
 
 type networkInput struct {
@@ -115,9 +157,21 @@ type serviceDoc struct {
 }
 
 type serviceInput struct {
-	Replicas *int      `yaml:"replicas"`
-	Port     int       `yaml:"port"`
-	Template jailInput `yaml:"template"`
+	Replicas *int          `yaml:"replicas"`
+	Port     int           `yaml:"port"`
+	Strategy strategyInput `yaml:"strategy"`
+	Template jailInput     `yaml:"template"`
+}
+
+// strategyInput paces a Service's rollouts (docs/spec.md, "Rollouts").
+// maxUnavailable and maxSurge are pointers: written as 0 is not the same
+// as left out (both written 0 is an error; left out, maxUnavailable is 1).
+type strategyInput struct {
+	MaxUnavailable   *intOrPercent `yaml:"maxUnavailable"`
+	MaxSurge         *intOrPercent `yaml:"maxSurge"`
+	MinReadySeconds  int           `yaml:"minReadySeconds"`
+	ProgressDeadline Duration      `yaml:"progressDeadline"`
+	FailureAction    string        `yaml:"failureAction" default:"pause"`
 }
 
 type ingressDoc struct {
