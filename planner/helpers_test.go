@@ -63,6 +63,8 @@ type workloadDef struct {
 	Node     string
 	Selector map[string]string
 	Address  string // Jail only: network.address
+	// Strategy is the Service's spec.strategy, nil for none.
+	Strategy map[string]any
 }
 
 // ingressDef is an Ingress document.
@@ -165,6 +167,9 @@ func (w workloadDef) doc() string {
 		return yamlDoc(map[string]any{"apiVersion": "keel/v1", "kind": "Jail", "metadata": map[string]any{"name": w.Name}, "spec": tmpl})
 	}
 	spec := map[string]any{"replicas": w.Replicas, "port": 8080, "template": tmpl}
+	if w.Strategy != nil {
+		spec["strategy"] = w.Strategy
+	}
 	return yamlDoc(map[string]any{"apiVersion": "keel/v1", "kind": "Service", "metadata": map[string]any{"name": w.Name}, "spec": spec})
 }
 

@@ -284,3 +284,74 @@ func TestRolloutSimulation(t *testing.T) {
 		}
 	}
 }
+
+func TestSurge(t *testing.T) {
+	m := repoDef{Nodes: tableNodes("a", "b", "c"), Workloads: []workloadDef{{Service: true, Name: "web", Replicas: 3,
+		Env: map[string]string{"X": "1"}, Strategy: map[string]any{"maxSurge": 1, "maxUnavailable": 0}}}}.model(t)
+	if svc := m.Service("web"); !slices.Equal(svc.Surge, []string{"web-3"}) || svc.Strategy.MaxUnavailable != 0 {
+		t.Fatalf("web %+v: want one surge instance web-3 and maxUnavailable 0", svc)
+	}
+	nodes := []string{"a", "b", "c", "a"}
+	reportsOf := func(reps map[string]replica) []report.Report {
+		byNode := map[string][]report.Instance{}
+		for i, name := range []string{"web-0", "web-1", "web-2", "web-3"} {
+			r, ok := reps[name]
+			if !ok {
+				continue
+			}
+			hash := hashOf(t, m, name)
+			if r.outdated {
+				hash = hashAfter(t, m, name, editEnv)
+			}
+			byNode[nodes[i]] = append(byNode[nodes[i]], report.Instance{Name: name, State: r.state, SpecHash: hash, Ready: r.ready,
+				Address: mustAddr(fmt.Sprintf("10.200.%d.%d", i%3+1, 10+i))})
+		}
+		var rs []report.Report
+		for _, n := range []string{"a", "b", "c"} {
+			rs = append(rs, reportOf(n, secs(0), byNode[n]...))
+		}
+		return rs
+	}
+	steady := map[string]replica{"web-0": running(false, yes), "web-1": running(false, yes), "web-2": running(false, yes)}
+	p := plan(m, reportsOf(steady)...)
+	if pl := placementOf(p, "web-3"); pl != nil || unschedulableOf(p, "web-3") != nil || planService(p, "web").Rollout != nil {
+		t.Fatalf("steady state: web-3 placed %+v, rollout %+v: want no surge", pl, planService(p, "web").Rollout)
+	}
+	// A crash at steady state is no rollout: no surge either.
+	crashed := map[string]replica{"web-0": {state: report.StateCrashLoop, ready: no}, "web-1": running(false, yes), "web-2": running(false, yes)}
+	if pl := placementOf(plan(m, reportsOf(crashed)...), "web-3"); pl != nil {
+		t.Fatalf("a crashed replica at steady state placed the surge instance on %s", pl.Node)
+	}
+	// A push: every replica is outdated. The surge instance is placed
+	// first, and no replica is released until it is ready (maxUnavailable 0).
+	pushed := map[string]replica{"web-0": running(true, yes), "web-1": running(true, yes), "web-2": running(true, yes)}
+	p = plan(m, reportsOf(pushed)...)
+	if pl := placementOf(p, "web-3"); pl == nil || len(released(p)) != 0 {
+		t.Fatalf("after the push: web-3 placed %+v, released %v: want the surge placed and nothing released", pl, released(p))
+	}
+	pushed["web-3"] = running(false, no)
+	if p = plan(m, reportsOf(pushed)...); len(released(p)) != 0 {
+		t.Fatalf("released %v while the surge instance is not ready", released(p))
+	}
+	pushed["web-3"] = running(false, yes)
+	p = plan(m, reportsOf(pushed)...)
+	if got := released(p); !slices.Equal(got, []string{"web-0"}) {
+		t.Fatalf("released %v with the surge ready, want web-0", got)
+	}
+	if got := endpointNames(planService(p, "web")); !slices.Equal(got, []string{"web-1", "web-2", "web-3"}) {
+		t.Fatalf("endpoints %v, want web-1, web-2 and the surge web-3", got)
+	}
+	// The last replica restarts: the surge stays until it is ready.
+	last := map[string]replica{"web-0": running(false, yes), "web-1": running(false, yes), "web-2": running(false, no), "web-3": running(false, yes)}
+	if pl := placementOf(plan(m, reportsOf(last)...), "web-3"); pl == nil {
+		t.Fatal("the surge instance left before the last replica was ready")
+	}
+	last["web-2"] = running(false, yes)
+	p = plan(m, reportsOf(last)...)
+	if pl := placementOf(p, "web-3"); pl != nil {
+		t.Fatalf("the rollout is over, the surge instance is still placed on %s", pl.Node)
+	}
+	if got := endpointNames(planService(p, "web")); !slices.Equal(got, []string{"web-0", "web-1", "web-2"}) {
+		t.Fatalf("endpoints %v: the surge instance drains once the rollout is over", got)
+	}
+}
