@@ -168,7 +168,10 @@ type Agent struct {
 	// belowReplicas is the Services below their replica count, as last
 	// logged ("web 2/3, db 0/1"; "" when none is).
 	belowReplicas string
-	servicesSeen  map[string]bool
+	// paused is the Services whose rollout the plan holds paused, as last
+	// logged.
+	paused       string
+	servicesSeen map[string]bool
 	// proxied is what the service proxies were last set to, for the report.
 	proxied []proxy.Service
 	// forgeWant is the statuses last handed to the forge worker;
@@ -735,8 +738,16 @@ func (a *Agent) pass(ctx context.Context) {
 	if m.Cluster.Suspend {
 		a.log.Debug("cluster suspended: instances are watched, nothing is changed")
 	}
-	start := time.Now()
+	// The proxies follow the plan before the instances do: an instance
+	// this pass stops has left the plan's endpoints, and the reconciler
+	// waits only for the other nodes' proxies (nodeexec's drain).
 	leaving := a.leaving()
+	netPlan := plan
+	if leaving {
+		netPlan = &planner.Plan{} // no VIPs, routes nor proxies on a node that left
+	}
+	a.network(ctx, m, netPlan)
+	start := time.Now()
 	res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports, Frozen: m.Cluster.Suspend, Leaving: leaving})
 	a.metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -745,6 +756,7 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
 	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
+	a.metrics.InstancesDraining.Set(float64(len(res.Draining)))
 	a.metrics.InstanceOperations.Set(float64(res.InFlight))
 	a.inFlight = res.InFlight
 	if w := waitingText(res.Waiting); w != a.waiting {
@@ -757,13 +769,9 @@ func (a *Agent) pass(ctx context.Context) {
 		a.log.Info("reconciled", "created", res.Created, "restarted", res.Restarted, "replaced", res.Replaced,
 			"stopped", res.Stopped, "removed", res.Removed, "errors", len(res.Errors), "plan", short(plan.PlanID))
 	}
-	if leaving {
-		plan = &planner.Plan{} // no VIPs, routes nor proxies on a node that left
-	}
-	a.network(ctx, m, plan)
 	if a.ing != nil {
 		a.ing.pub.setRepo(m.Cluster)
-		a.ing.pass(m, plan, leaving)
+		a.ing.pass(m, netPlan, leaving)
 	}
 	a.updateInstanceMetrics(m)
 	a.publish(ctx, now)
@@ -1065,9 +1073,15 @@ func (a *Agent) updatePlanMetrics(m *render.Model, plan *planner.Plan) {
 		replicas[s.Name] = s.Replicas
 		a.metrics.ServiceReplicas.WithLabelValues(s.Name).Set(float64(s.Replicas))
 	}
-	var below []string
+	var below, paused []string
 	for _, s := range plan.Services {
 		a.metrics.ServiceEndpoints.WithLabelValues(s.Name).Set(float64(len(s.Endpoints)))
+		v := 0.0
+		if s.Rollout != nil && s.Rollout.Paused {
+			v = 1
+			paused = append(paused, fmt.Sprintf("%s (%s not ready in time)", s.Name, strings.Join(s.Rollout.Failed, ", ")))
+		}
+		a.metrics.RolloutPaused.WithLabelValues(s.Name).Set(v)
 		if len(s.Endpoints) < replicas[s.Name] {
 			below = append(below, fmt.Sprintf("%s %d/%d", s.Name, len(s.Endpoints), replicas[s.Name]))
 		}
@@ -1082,10 +1096,19 @@ func (a *Agent) updatePlanMetrics(m *render.Model, plan *planner.Plan) {
 		}
 		a.belowReplicas = text
 	}
+	if text := strings.Join(paused, ", "); text != a.paused {
+		if text != "" {
+			a.log.Warn("rollouts paused: fix the spec or git revert", "services", text)
+		} else if a.paused != "" {
+			a.log.Info("no rollout is paused")
+		}
+		a.paused = text
+	}
 	for name := range a.servicesSeen {
 		if !services[name] {
 			a.metrics.ServiceReplicas.DeleteLabelValues(name)
 			a.metrics.ServiceEndpoints.DeleteLabelValues(name)
+			a.metrics.RolloutPaused.DeleteLabelValues(name)
 		}
 	}
 	a.servicesSeen = services

@@ -36,6 +36,12 @@ type Metrics struct {
 	Unschedulable    prometheus.Gauge
 	ServiceReplicas  *prometheus.GaugeVec
 	ServiceEndpoints *prometheus.GaugeVec
+	// RolloutPaused is 1 for a Service whose rollout this node's plan
+	// holds paused (a replica not ready within progressDeadline), else 0.
+	RolloutPaused *prometheus.GaugeVec
+	// InstancesDraining counts this node's instances whose stop waits
+	// for the other nodes' proxies to stop sending them connections.
+	InstancesDraining prometheus.Gauge
 	// GossipMembers counts the inventory's nodes this node's gossip ring
 	// sees, by state (alive, dead).
 	GossipMembers *prometheus.GaugeVec
@@ -111,12 +117,18 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Name: "keel_service_replicas", Help: "Replicas each Service of the applied commit asks for.",
 		}, []string{"service"}),
 		ServiceEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "keel_service_endpoints_ready", Help: "Endpoints of each Service in this node's plan: its replicas that run and may take traffic.",
+			Name: "keel_service_endpoints_ready", Help: "Endpoints of each Service in this node's plan: its replicas that run, are ready and may take traffic.",
 		}, []string{"service"}),
+		RolloutPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "keel_rollout_paused", Help: "1 while this node's plan holds the Service's rollout paused: a replica started at the new spec was not ready within the strategy's progressDeadline (failureAction pause).",
+		}, []string{"service"}),
+		InstancesDraining: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keel_instances_draining", Help: "Instances of this node whose stop waits for the other nodes' proxies to stop sending them connections.",
+		}),
 	}
 	reg.MustRegister(m.NodeInfo, m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
 		m.ReconcileDuration, m.ReconcileErrors, m.InstancesWaiting, m.InstanceOperations, m.Instances, m.InstanceInfo, m.InstanceRestarts,
-		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems, m.Unschedulable, m.ServiceReplicas, m.ServiceEndpoints, m.GossipMembers,
+		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems, m.Unschedulable, m.ServiceReplicas, m.ServiceEndpoints, m.RolloutPaused, m.InstancesDraining, m.GossipMembers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"fetch", "read", "publish"} {
 		m.SyncErrors.WithLabelValues(r)

@@ -1,6 +1,7 @@
 package nodeexec
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ type operation struct {
 	gen                  int             // the placement's generation
 	kind                 startKind       // why it is started
 	reason               string          // why a release removes it, for the log
+	grace                time.Duration   // between SIGTERM and SIGKILL, when it stops the instance
 
 	// The outcome, written by the operation's goroutine.
 	counts      Result // Created, Restarted, ... (no maps)
@@ -83,8 +85,9 @@ func (r *Reconciler) work(ctx context.Context, o *operation) error {
 		return nil
 	}
 	if o.stop {
-		opCtx, cancel := context.WithTimeout(ctx, r.cfg.StopGrace+r.cfg.OpTimeout)
-		err := r.cfg.Driver.Stop(opCtx, o.name, r.cfg.StopGrace)
+		grace := cmp.Or(o.grace, r.cfg.StopGrace)
+		opCtx, cancel := context.WithTimeout(ctx, grace+r.cfg.OpTimeout)
+		err := r.cfg.Driver.Stop(opCtx, o.name, grace)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("stop: %w", err)
@@ -210,6 +213,7 @@ func (r *Reconciler) fold(o *operation, now time.Time, res *Result) {
 				Service: o.spec.Service, Address: o.spec.Address.String(), SpecHash: o.spec.SpecHash, Spec: o.spec.Spec,
 				PID: o.proc.PID, StartTime: o.proc.StartTime, Started: now, State: report.StateRunning,
 				Restarts: restarts, Backoff: prev.Backoff, LastExit: prev.LastExit, Generation: o.gen,
+				SpecSince: specSince(prev, o.spec.SpecHash, now),
 			}
 			r.log.Info("started instance", "instance", o.name, "pid", o.proc.PID, "address", o.spec.Address, "specHash", short(o.spec.SpecHash))
 		}
@@ -224,6 +228,7 @@ func (r *Reconciler) fold(o *operation, now time.Time, res *Result) {
 		// that its backoff holds until the spec changes (a fresh
 		// instance had no spec hash to compare with, and was retried at
 		// every pass).
+		st.SpecSince = specSince(st, o.spec.SpecHash, now)
 		st.Service, st.Address, st.SpecHash, st.Spec, st.Generation = o.spec.Service, o.spec.Address.String(), o.spec.SpecHash, o.spec.Spec, o.gen
 		st.State = report.StateCrashLoop
 		st.Backoff = nextBackoff(st.Backoff)
@@ -238,6 +243,15 @@ func (r *Reconciler) fold(o *operation, now time.Time, res *Result) {
 	h.at = now.Add(h.delay)
 	r.held[o.name] = h
 	r.log.Warn("instance", "instance", o.name, "err", o.err, "retryIn", h.delay)
+}
+
+// specSince is when an instance whose state was prev runs at hash since:
+// prev's time when it was at that hash already, now otherwise.
+func specSince(prev *InstanceState, hash string, now time.Time) time.Time {
+	if prev.SpecHash == hash && !prev.SpecSince.IsZero() {
+		return prev.SpecSince
+	}
+	return now
 }
 
 // Close cancels the operations in flight, waits for them, folds what they

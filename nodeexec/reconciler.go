@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	gosync "sync"
@@ -29,6 +30,12 @@ const (
 // Config.MaxParallel is zero.
 const DefaultMaxParallel = 4
 
+// DefaultDrainTimeout is how long, at most, the stop of an instance that
+// serves a Service waits for the other alive nodes' reports to show that
+// their proxies no longer send it connections, when Config.DrainTimeout
+// is zero.
+const DefaultDrainTimeout = 10 * time.Second
+
 // Config configures a Reconciler.
 type Config struct {
 	Node     string
@@ -45,6 +52,9 @@ type Config struct {
 	// MaxParallel bounds the instance operations in flight on the node
 	// (DefaultMaxParallel when zero); one instance never has more than one.
 	MaxParallel int
+	// DrainTimeout bounds the wait for a serving instance's drain
+	// (DefaultDrainTimeout when zero).
+	DrainTimeout time.Duration
 }
 
 // Desired is this node's view of what should run: the model of the last
@@ -75,6 +85,9 @@ type Result struct {
 	// Waiting are the instances placed here that wait for another node
 	// (ErrWaiting), with what they wait for.
 	Waiting map[string]error
+	// Draining are the instances whose stop waits for the other nodes'
+	// proxies to stop sending them connections (see Reconciler.drained).
+	Draining []string
 	// InFlight is how many operations run when the pass returns.
 	InFlight int
 }
@@ -98,6 +111,7 @@ type Reconciler struct {
 	state   *State
 	ops     map[string]*operation // started and not folded yet, by instance
 	held    map[string]retry      // instances whose last operation failed
+	drain   map[string]time.Time  // instances whose stop waits for their drain, since when
 	folded  Result                // what was folded since the last Pass returned
 	unsaved bool                  // an outcome was folded since the state was saved
 	closed  bool
@@ -126,6 +140,9 @@ func NewReconciler(cfg Config) (*Reconciler, error) {
 	if cfg.MaxParallel <= 0 {
 		cfg.MaxParallel = DefaultMaxParallel
 	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -135,7 +152,7 @@ func NewReconciler(cfg Config) (*Reconciler, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Reconciler{
-		cfg: cfg, state: st, log: cfg.Logger, ops: map[string]*operation{}, held: map[string]retry{},
+		cfg: cfg, state: st, log: cfg.Logger, ops: map[string]*operation{}, held: map[string]retry{}, drain: map[string]time.Time{},
 		folded: newResult(), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
 	}, nil
 }
@@ -233,7 +250,7 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 		if _, ok := mine[name]; ok || r.busy(name, now) {
 			continue
 		}
-		if o := r.release(d, name, elsewhere, running); o != nil {
+		if o := r.release(d, name, elsewhere, running); o != nil && r.drained(d, o, now, res) {
 			r.dispatch(o)
 		}
 	}
@@ -248,10 +265,80 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 			res.Waiting[name] = err // ensure only ever waits
 			continue
 		}
-		if o != nil {
+		if o != nil && r.drained(d, o, now, res) {
 			r.dispatch(o)
 		}
 	}
+	maps.DeleteFunc(r.drain, func(name string, _ time.Time) bool { return !slices.Contains(res.Draining, name) })
+}
+
+// drained reports whether operation o may run now: unless it stops an
+// instance that serves a Service, at once. Such an instance first leaves
+// every node's endpoints (the plan that releases it lists it nowhere, and
+// this node's proxies follow that plan before its pass), and its stop
+// waits until the newest report of every other alive node shows that
+// node's proxies without it, or DrainTimeout has passed, so that no node
+// sends it a new connection once it receives SIGTERM. Connections already
+// relayed to it go on; its command has its terminationGracePeriod to end
+// them. An instance that waits is listed in res.Draining.
+func (r *Reconciler) drained(d Desired, o *operation, now time.Time, res *Result) bool {
+	st := r.state.Instances[o.name]
+	if !o.stop || st == nil || st.Service == "" || st.State != report.StateRunning {
+		return true
+	}
+	addr, err := parseAddr(st.Address)
+	if err != nil {
+		return true
+	}
+	alive := map[string]bool{}
+	for _, n := range d.Plan.Nodes {
+		alive[n.Name] = n.Alive
+	}
+	newest := map[string]*report.Report{}
+	for i := range d.Reports {
+		rep := &d.Reports[i]
+		if cur := newest[rep.Node]; rep.Node != r.cfg.Node && alive[rep.Node] && (cur == nil || planner.Newer(rep, cur)) {
+			newest[rep.Node] = rep
+		}
+	}
+	var listing []string
+	for _, node := range slices.Sorted(maps.Keys(newest)) {
+		if proxies(newest[node], st.Service, addr) {
+			listing = append(listing, node)
+		}
+	}
+	if len(listing) == 0 {
+		return true
+	}
+	since, ok := r.drain[o.name]
+	if !ok {
+		since = now
+		r.drain[o.name] = now
+		r.log.Info("draining instance: waiting for the other nodes' proxies to stop sending it connections", "instance", o.name, "nodes", strings.Join(listing, ", "))
+	}
+	if now.Sub(since) >= r.cfg.DrainTimeout {
+		r.log.Warn("drain timed out: stopping the instance although nodes may still send it connections", "instance", o.name,
+			"nodes", strings.Join(listing, ", "), "timeout", r.cfg.DrainTimeout)
+		return true
+	}
+	res.Draining = append(res.Draining, o.name)
+	return false
+}
+
+// proxies reports whether a node's report shows its proxy of Service
+// service sending connections to addr.
+func proxies(rep *report.Report, service string, addr netip.Addr) bool {
+	for _, s := range rep.Services {
+		if s.Name != service {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ap, err := netip.ParseAddrPort(ep); err == nil && ap.Addr() == addr {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // busy reports whether an instance's operation is in flight, or its last
@@ -392,12 +479,12 @@ func (r *Reconciler) ensure(inst *render.Instance, pl planner.Placement, running
 			if !pl.Released {
 				return nil, nil // the rollout will release it
 			}
-			o.why, o.stop = whyRestart, true
+			o.why, o.stop, o.grace = whyRestart, true, time.Duration(st.Spec.TerminationGracePeriod)
 		case render.ChangeReplace:
 			if !pl.Released {
 				return nil, nil
 			}
-			o.why, o.stop, o.destroy = whyReplace, true, true
+			o.why, o.stop, o.destroy, o.grace = whyReplace, true, true, time.Duration(st.Spec.TerminationGracePeriod)
 		}
 		o.start, o.kind = true, startUpdate
 		return o, nil
@@ -461,6 +548,8 @@ func (r *Reconciler) release(d Desired, name string, elsewhere map[string]planne
 		// Deleted from the specs: stop it and remove its root; volumes stay.
 	case !placed && d.Leaving:
 		// The node leaves: stop it even though it can run nowhere else.
+	case !placed && inst.Surge:
+		// A surge instance whose rollout is over.
 	case !placed:
 		// Unschedulable anywhere: keep what runs rather than nothing.
 		return nil
@@ -471,13 +560,19 @@ func (r *Reconciler) release(d Desired, name string, elsewhere map[string]planne
 		// Make before break: keep it until its new node reports it running.
 		return nil
 	}
-	return &operation{name: name, why: whyRelease, stop: isRunning, destroy: true, reason: releaseReason(inst, placed, pl)}
+	o := &operation{name: name, why: whyRelease, stop: isRunning, destroy: true, reason: releaseReason(inst, placed, pl)}
+	if st := r.state.Instances[name]; st != nil {
+		o.grace = time.Duration(st.Spec.TerminationGracePeriod)
+	}
+	return o
 }
 
 func releaseReason(inst *render.Instance, placed bool, pl planner.Placement) string {
 	switch {
 	case inst == nil:
 		return "deleted from the specs"
+	case !placed && inst.Surge:
+		return "surge instance, the rollout is over"
 	case !placed:
 		return "this node left the inventory"
 	case inst.Stateful:
@@ -487,11 +582,12 @@ func releaseReason(inst *render.Instance, placed bool, pl planner.Placement) str
 	}
 }
 
-// runsOn reports whether node's report shows the instance running.
+// runsOn reports whether node's report shows the instance running and
+// ready (the plan then drains this node's copy).
 func runsOn(d Desired, name, node string) bool {
 	for _, rep := range d.Reports {
 		if rep.Node == node {
-			if ri := rep.Instance(name); ri != nil && ri.State == report.StateRunning {
+			if ri := rep.Instance(name); ri != nil && ri.IsReady() {
 				return true
 			}
 		}

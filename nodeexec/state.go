@@ -47,6 +47,10 @@ type InstanceState struct {
 	// started (planner.Placement.Generation), reported so that of two
 	// copies the newer keeps the instance.
 	Generation int `json:"generation,omitempty"`
+	// SpecSince is when the instance was first started at SpecHash on
+	// this node (its restarts after a crash keep it): a replica not ready
+	// within its Service's progressDeadline of it fails the rollout.
+	SpecSince time.Time `json:"specSince,omitzero"`
 }
 
 // ExitRecord is the last exit of an instance.
