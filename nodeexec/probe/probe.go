@@ -100,9 +100,10 @@ type Prober struct {
 	exec nodeexec.Execer
 	log  *slog.Logger
 	now  func() time.Time
-	// mono is the clock that spaces the failures that count; tests
-	// replace it.
+	// mono is the clock that spaces the failures that count, and sleep
+	// waits between runs; tests replace them.
 	mono   func() time.Time
+	sleep  func(ctx context.Context, d time.Duration) bool
 	client *http.Client
 	// slots holds one token per run in flight (MaxConcurrent).
 	slots chan struct{}
@@ -169,6 +170,7 @@ func New(opts Options) *Prober {
 		log:     opts.Logger,
 		now:     opts.Now,
 		mono:    time.Now,
+		sleep:   sleep,
 		client:  newHTTPClient(),
 		slots:   make(chan struct{}, opts.MaxConcurrent),
 		changes: make(chan struct{}, 1),
@@ -354,7 +356,7 @@ func (p *Prober) loop(tg *target, k kind, s settings) {
 		counted     time.Time // when the last failure that counted began
 	)
 	for {
-		if !sleep(tg.ctx, delay) || !p.acquire(tg.ctx) {
+		if !p.sleep(tg.ctx, delay) || !p.acquire(tg.ctx) {
 			return
 		}
 		began := p.mono()
