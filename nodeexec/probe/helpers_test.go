@@ -182,17 +182,6 @@ func (s *stepper) Exec(ctx context.Context, name string, argv []string, maxOutpu
 	}
 }
 
-// step waits for the next run and gives it r.
-func (s *stepper) step(t *testing.T, r result) {
-	t.Helper()
-	select {
-	case reply := <-s.calls:
-		reply <- r
-	case <-time.After(15 * time.Second):
-		t.Fatal("timed out waiting for a run")
-	}
-}
-
 // next waits until the next run has begun (so the previous one has been
 // recorded), and returns its reply channel.
 func (s *stepper) next(t *testing.T) chan result {
