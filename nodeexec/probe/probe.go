@@ -35,9 +35,9 @@ const (
 	DefaultSuccessThreshold = 1
 	DefaultFailureThreshold = 3
 	DefaultMaxConcurrent    = 16
-	// FirstInterval is the time between the first two runs of a check that
-	// has not passed yet; it doubles after each run, up to the check's
-	// period.
+	// FirstInterval is when a check first runs, after its target was set;
+	// until the check first passes, the interval doubles after each run,
+	// up to the check's period.
 	FirstInterval = 100 * time.Millisecond
 	// MaxFailure bounds Status.Failure, in bytes.
 	MaxFailure = 512
@@ -338,10 +338,11 @@ func settingsOf(c *render.Check) settings {
 // the check has done its part (a startup check that passed, a liveness
 // failure).
 //
-// Until the check first passes it runs after FirstInterval, doubling
-// after each run up to its period, so that an instance that is ready at
-// once is seen ready at once; from then on it runs every period. The
-// first run is at once. A failure counts toward the failure threshold
+// Until the check first passes it runs FirstInterval after the target
+// was set, then at twice the previous interval, up to its period, so that
+// an instance that is ready at once is seen ready within about
+// FirstInterval; from then on it runs every period. A failure counts
+// toward the failure threshold
 // when it is the first since a pass, or when a period has gone by since
 // the last one that counted: the fast runs find a pass sooner, never a
 // failure sooner, so a check that never passes fails after about
@@ -349,7 +350,7 @@ func settingsOf(c *render.Check) settings {
 func (p *Prober) loop(tg *target, k kind, s settings) {
 	c := tg.check(k)
 	var (
-		delay, next = time.Duration(0), FirstInterval
+		delay, next = min(FirstInterval, s.period), min(2*FirstInterval, s.period)
 		passedOnce  bool
 		passes      int
 		failures    int
