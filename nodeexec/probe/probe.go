@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -226,6 +227,9 @@ func same(a, b Target) bool {
 // startLocked begins probing t: its startup check, or its readiness and
 // liveness checks when it has none.
 func (p *Prober) startLocked(t Target) {
+	// The checks are the prober's own from now on: a caller's later
+	// change of its model must not reach the goroutines reading them.
+	t.Checks = render.Checks{Startup: cloneCheck(t.Checks.Startup), Readiness: cloneCheck(t.Checks.Readiness), Liveness: cloneCheck(t.Checks.Liveness)}
 	ctx, cancel := context.WithCancel(p.ctx)
 	tg := &target{Target: t, ctx: ctx, cancel: cancel}
 	p.targets[t.Name] = tg
@@ -234,6 +238,25 @@ func (p *Prober) startLocked(t Target) {
 		return
 	}
 	p.startupPassedLocked(tg)
+}
+
+func cloneCheck(c *render.Check) *render.Check {
+	if c == nil {
+		return nil
+	}
+	d := *c
+	if c.TCP != nil {
+		tcp := *c.TCP
+		d.TCP = &tcp
+	}
+	if c.HTTP != nil {
+		h := *c.HTTP
+		d.HTTP = &h
+	}
+	if c.Exec != nil {
+		d.Exec = &render.ExecCheck{Command: slices.Clone(c.Exec.Command)}
+	}
+	return &d
 }
 
 // startupPassedLocked starts the readiness and liveness checks, once the

@@ -535,3 +535,22 @@ func TestCloseWaits(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The prober keeps its own copy of the checks: a change the caller makes
+// to its model afterwards reaches no run (and is no data race).
+func TestSetCopiesChecks(t *testing.T) {
+	e := newExecer()
+	e.exit("ready", 0, "")
+	e.exit("changed", 1, "")
+	p := newProber(t, Options{Exec: e})
+	c := execCheck("ready")
+	if err := p.Set([]Target{{Name: "web", Identity: "1", Checks: render.Checks{Readiness: c}}}); err != nil {
+		t.Fatal(err)
+	}
+	c.Exec.Command[0] = "changed"
+	c.SuccessThreshold = 50
+	waitFor(t, p, "web", "ready", isReady)
+	if n := e.count("changed"); n != 0 {
+		t.Errorf("the changed command ran %d times", n)
+	}
+}
