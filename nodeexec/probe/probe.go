@@ -205,15 +205,23 @@ func (p *Prober) Set(targets []Target) error {
 			want[t.Name] = t
 		}
 	}
+	// A target whose process is the same and whose checks changed (a live
+	// change of its spec) keeps its readiness: its new checks take over
+	// from there, rather than every replica of a Service turning unready
+	// at once while they first run.
+	carried := map[string]*target{}
 	for name, tg := range p.targets {
 		if t, ok := want[name]; !ok || !same(tg.Target, t) {
 			tg.cancel()
 			delete(p.targets, name)
+			if ok && t.Identity == tg.Identity && t.Address == tg.Address && tg.startupPassed && !tg.livenessFailed {
+				carried[name] = tg
+			}
 		}
 	}
 	for name, t := range want {
 		if _, ok := p.targets[name]; !ok {
-			p.startLocked(t)
+			p.startLocked(t, carried[name])
 		}
 	}
 	return errors.Join(errs...)
@@ -226,13 +234,21 @@ func same(a, b Target) bool {
 
 // startLocked begins probing t: its startup check, or its readiness and
 // liveness checks when it has none.
-func (p *Prober) startLocked(t Target) {
+//
+// A target carried over from one whose checks changed, its process the
+// same, keeps its readiness, and its startup check is not run again.
+func (p *Prober) startLocked(t Target, carried *target) {
 	// The checks are the prober's own from now on: a caller's later
 	// change of its model must not reach the goroutines reading them.
 	t.Checks = render.Checks{Startup: cloneCheck(t.Checks.Startup), Readiness: cloneCheck(t.Checks.Readiness), Liveness: cloneCheck(t.Checks.Liveness)}
 	ctx, cancel := context.WithCancel(p.ctx)
 	tg := &target{Target: t, ctx: ctx, cancel: cancel}
 	p.targets[t.Name] = tg
+	if carried != nil {
+		tg.ready, tg.readySince = carried.ready, carried.readySince
+		p.startupPassedLocked(tg)
+		return
+	}
 	if t.Checks.Startup != nil {
 		p.goLocked(tg, startup)
 		return

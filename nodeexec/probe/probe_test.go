@@ -334,11 +334,12 @@ func TestStartup(t *testing.T) {
 	}
 	waitFor(t, p, "web", "liveness ran", func(Status) bool { return e.count("live") > 0 })
 
-	// A startup check that keeps failing.
+	// A startup check that keeps failing (a new process: the same one
+	// would keep its readiness, its startup check passed).
 	e.exit("stuck", 1, "")
 	startup = execCheck("stuck")
 	startup.FailureThreshold = 1
-	if err := p.Set([]Target{{Name: "web", Identity: "1", Checks: render.Checks{Startup: startup, Readiness: execCheck("ready")}}}); err != nil {
+	if err := p.Set([]Target{{Name: "web", Identity: "2", Checks: render.Checks{Startup: startup, Readiness: execCheck("ready")}}}); err != nil {
 		t.Fatal(err)
 	}
 	s = waitFor(t, p, "web", "the startup failure", func(s Status) bool { return s.LivenessFailed })
@@ -418,7 +419,6 @@ func TestSetResets(t *testing.T) {
 	for name, change := range map[string]func(*Target){
 		"identity": func(t *Target) { t.Identity = "2" },
 		"address":  func(t *Target) { t.Address = loopback.Next() },
-		"checks":   func(t *Target) { t.Checks.Readiness = execCheck("other") },
 	} {
 		next := tg
 		change(&next)
@@ -433,6 +433,21 @@ func TestSetResets(t *testing.T) {
 		waitFor(t, p, "web", "ready again", isReady)
 		tg = next
 	}
+	// New checks for the same process (a live change of the spec): it
+	// stays ready, since when it was, while the new check takes over.
+	ready, _ = p.Status("web")
+	next := tg
+	next.Checks.Readiness = execCheck("other")
+	g.shut()
+	if err := p.Set([]Target{next}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := p.Status("web"); !s.Ready || !s.ReadySince.Equal(ready.ReadySince) {
+		t.Errorf("new checks for the same process: %+v, want it still ready since %s", s, ready.ReadySince)
+	}
+	g.open()
+	waitFor(t, p, "web", "the new check passing", func(s Status) bool { return s.Ready && s.Failure == "" })
+	tg = next
 	if err := p.Set(nil); err != nil {
 		t.Fatal(err)
 	}
