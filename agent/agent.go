@@ -173,7 +173,9 @@ type Agent struct {
 	belowReplicas string
 	// paused is the Services whose rollout the plan holds paused, as last
 	// logged.
-	paused       string
+	paused string
+	// peerSeen is each peer's report as last fetched (peersNews).
+	peerSeen     map[string]peerSeen
 	servicesSeen map[string]bool
 	// proxied is what the service proxies were last set to, for the report.
 	proxied []proxy.Service
@@ -507,6 +509,7 @@ func (a *Agent) onFetch(res fetchResult) bool {
 	a.lastFetchOK = seen
 	a.metrics.SyncDuration.Observe(res.took.Seconds())
 	a.metrics.SyncLastSuccess.Set(float64(now.Unix()))
+	news := false
 	if res.changedReports {
 		// The clock rule needs the peers' reports and when they were seen.
 		a.fetchedAt = seen
@@ -517,6 +520,7 @@ func (a *Agent) onFetch(res fetchResult) bool {
 			}
 			a.peers = append(a.peers, r)
 		}
+		news = a.peersNews()
 		a.peerProblem = res.problems
 		for _, p := range res.problems {
 			a.log.Debug("report ignored", "problem", p)
@@ -532,7 +536,7 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		}
 	}
 	if !res.changedTip {
-		return res.changedReports || res.certsRead
+		return news || res.certsRead
 	}
 	a.tip = res.commit
 	switch kind, reason := a.admit(res); kind {
@@ -556,6 +560,42 @@ func (a *Agent) onFetch(res fetchResult) bool {
 			"lastGood", short(a.appliedCommit()))
 	}
 	return true
+}
+
+// peerSeen is what the last fetch found of a peer's report.
+type peerSeen struct {
+	time    time.Time
+	content string // report.ContentDigest
+}
+
+// peersNews reports whether the peers' reports just fetched say anything
+// new: a peer that appeared or went, a report whose content changed, or
+// one that comes after a silence of more than a third of the TTL (its
+// node may have been judged dead). A heartbeat alone is not news: the
+// next pass (the reconcile interval at most) takes it in. Were it news,
+// every heartbeat would start a pass on every peer, and (without a ring,
+// every pass pushes the node's report) each push would call for the next,
+// without end.
+func (a *Agent) peersNews() bool {
+	ttl := time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL))
+	news := len(a.peers) != len(a.peerSeen)
+	seen := make(map[string]peerSeen, len(a.peers))
+	for i := range a.peers {
+		r := &a.peers[i]
+		prev, ok := a.peerSeen[r.Node]
+		switch {
+		case ok && prev.time.Equal(r.Time):
+			seen[r.Node] = prev
+			continue
+		case !ok, r.Time.Sub(prev.time) > ttl/3:
+			news = true
+		}
+		ps := peerSeen{time: r.Time, content: report.ContentDigest(*r)}
+		news = news || ps.content != prev.content
+		seen[r.Node] = ps
+	}
+	a.peerSeen = seen
+	return news
 }
 
 // admit says why a new commit must not be applied, or "" when it may.

@@ -61,8 +61,11 @@ type fetchResult struct {
 // is pushed by the publisher, from a repository of its own, so that a slow
 // fetch never holds it back.
 type gitWorker struct {
-	opts    Options
-	log     interface{ Warn(string, ...any) }
+	opts Options
+	log  interface {
+		Warn(string, ...any)
+		Debug(string, ...any)
+	}
 	agent   *Agent
 	fetched chan fetchResult
 
@@ -231,6 +234,7 @@ func (w *gitWorker) run(ctx context.Context) {
 		// its children, which wait for it).
 		res := w.fetchOnce(context.WithoutCancel(ctx), &spec, &reports, reportRepo, prefix, &prev, &prevReports, first, applied, keys, model, want)
 		res.took, res.started, res.startedAt = time.Since(start), started, start
+		w.log.Debug("fetch", "took", res.took, "tip", res.changedTip, "reports", res.changedReports, "err", res.err)
 		if res.err != nil {
 			notBefore = time.Now().Add(retry.NextBackOff())
 		} else {

@@ -204,7 +204,9 @@ func (p *publisher) run(ctx context.Context) {
 			mirror, openFor = nil, key
 		}
 		nodeexec.CrashPoint(nodeexec.CrashBeforeReportPush)
+		pushStart := time.Now()
 		err := p.push(ctx, &mirror, last, r)
+		p.log.Debug("report push", "took", time.Since(pushStart), "fresh", fresh != nil, "err", err)
 		if err != nil {
 			failed = true
 			p.metrics.ReportPushErrors.Inc()

@@ -52,6 +52,10 @@ const (
 	whyUnwell               // stop it because a check failed: a crash, restarted with backoff
 )
 
+func (w opWhy) String() string {
+	return [...]string{"apply", "start", "restart", "replace", "release", "unwell"}[w]
+}
+
 // dispatch starts o on a goroutine of its own when a worker is free, and
 // reports whether it did. Only the owner calls it.
 func (r *Reconciler) dispatch(o *operation) bool {
@@ -59,6 +63,7 @@ func (r *Reconciler) dispatch(o *operation) bool {
 		return false
 	}
 	r.ops[o.name] = o
+	r.log.Debug("operation", "instance", o.name, "why", o.why, "stop", o.stop, "destroy", o.destroy, "start", o.start)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
