@@ -30,6 +30,7 @@ import (
 
 	"github.com/keel-dev/keel/gossip"
 	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/probe"
 	"github.com/keel-dev/keel/nodeexec/proxy"
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/providers/forge"
@@ -129,13 +130,15 @@ type Agent struct {
 	metrics *Metrics
 	rec     *nodeexec.Reconciler
 	proxies *proxy.Manager
-	git     *gitWorker
-	pub     *publisher
-	checks  *hostChecks   // nil when the driver has no host checks
-	ing     *ingressState // nil without Options.Ingress
-	forge   *forgeWorker  // nil without Options.Forge
-	forgeM  *forgeMetrics
-	ring    *ringKeeper
+	// prober runs the instances' health checks (syncChecks).
+	prober *probe.Prober
+	git    *gitWorker
+	pub    *publisher
+	checks *hostChecks   // nil when the driver has no host checks
+	ing    *ingressState // nil without Options.Ingress
+	forge  *forgeWorker  // nil without Options.Forge
+	forgeM *forgeMetrics
+	ring   *ringKeeper
 
 	// Owned by the loop goroutine.
 	applied     *appliedCommit
@@ -242,6 +245,7 @@ func New(opts Options) (*Agent, error) {
 		log:       opts.Logger.With("node", opts.Node),
 		metrics:   NewMetrics(opts.Registry),
 		rec:       rec,
+		prober:    newProber(opts),
 		proxies:   proxy.New(proxy.Options{Logger: opts.Logger, Metrics: proxy.NewMetrics(opts.Registry), Limits: opts.ProxyLimits}),
 		requests:  make(chan request),
 		trigger:   make(chan struct{}, 1),
@@ -359,6 +363,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer a.forge.close()
 	}
 	defer a.proxies.Close()
+	defer a.prober.Close()
 	var certChanged chan struct{} // nil without an ingress: never ready
 	if a.ing != nil {
 		defer a.ing.close()
@@ -463,6 +468,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			reconcile.Reset(a.opts.Reconcile)
 		case <-a.rec.Wake():
 			// An instance operation ended: record it and report it now.
+			a.pass(ctx)
+			reconcile.Reset(a.opts.Reconcile)
+		case <-a.prober.Changes():
+			// An instance turned ready or unready, or failed its liveness
+			// check: report it (traffic follows), restart it.
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
 		case <-a.settle.C:
@@ -699,6 +709,7 @@ func (a *Agent) pass(ctx context.Context) {
 	// the previous one runs.
 	a.rec.Collect()
 	now := a.opts.Now()
+	warming := a.syncChecks(now)
 	// This node knows how the others fare as of its last successful fetch:
 	// it judges them at that time, so that nobody looks dead for lack of
 	// news, whether git is unreachable or a fetch is merely slow (a large
@@ -758,7 +769,7 @@ func (a *Agent) pass(ctx context.Context) {
 	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
 	a.metrics.InstancesDraining.Set(float64(len(res.Draining)))
 	a.metrics.InstanceOperations.Set(float64(res.InFlight))
-	a.inFlight = res.InFlight
+	a.inFlight = res.InFlight + warming
 	if w := waitingText(res.Waiting); w != a.waiting {
 		a.waiting = w
 		if w != "" {
@@ -896,6 +907,7 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 	if err != nil {
 		a.log.Warn("listing volumes", "err", err)
 	}
+	a.checked(instances)
 	r.Instances, r.Volumes = instances, volumes
 	if a.ing != nil {
 		r.Certificates = a.ing.report()

@@ -62,10 +62,11 @@ type planPlacement struct {
 }
 
 type planService struct {
-	Name      string   `json:"name"`
-	VIP       string   `json:"vip"`
-	Port      int      `json:"port"`
-	Endpoints []string `json:"endpoints"`
+	Name      string           `json:"name"`
+	VIP       string           `json:"vip"`
+	Port      int              `json:"port"`
+	Endpoints []string         `json:"endpoints"`
+	Rollout   *planner.Rollout `json:"rollout,omitempty"`
 }
 
 func (o *planOutput) addErrors(which string, s *status.Side) {
@@ -100,7 +101,7 @@ func (o *planOutput) fill(m *render.Model, p *planner.Plan) {
 	}
 	o.Unschedulable = p.Unschedulable
 	for _, s := range p.Services {
-		ps := planService{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Endpoints: []string{}}
+		ps := planService{Name: s.Name, VIP: s.VIP.String(), Port: s.Port, Endpoints: []string{}, Rollout: s.Rollout}
 		for _, ep := range s.Endpoints {
 			ps.Endpoints = append(ps.Endpoints, fmt.Sprintf("%s:%d", ep.Address, s.Port))
 		}
@@ -345,6 +346,9 @@ func (o *planOutput) text() string {
 	b.WriteString("\nServices:\n")
 	for _, s := range o.Services {
 		fmt.Fprintf(&b, "  %-16s %s:%d  %s\n", s.Name, s.VIP, s.Port, endpointList(s.Endpoints))
+		if s.Rollout != nil {
+			fmt.Fprintf(&b, "  %-16s rollout: %s\n", "", rolloutText(s.Rollout))
+		}
 	}
 	if len(o.Ingresses) > 0 {
 		b.WriteString("\nIngresses:\n")
@@ -388,6 +392,21 @@ func outdatedNote(p planPlacement) string {
 		return fmt.Sprintf(" (%s released)", p.Outdated)
 	}
 	return fmt.Sprintf(" (%s waiting)", p.Outdated)
+}
+
+// rolloutText sums up where a Service's rollout stands.
+func rolloutText(r *planner.Rollout) string {
+	s := fmt.Sprintf("%d of %d replicas updated, %d available (at least %d)", r.Updated, r.Replicas, r.Available, r.MinAvailable)
+	if r.Surge > 0 {
+		s += fmt.Sprintf(", %d surge", r.Surge)
+	}
+	switch {
+	case r.Paused:
+		s += "; PAUSED: " + strings.Join(r.Failed, ", ") + " not ready within the progressDeadline (fix the spec, or git revert)"
+	case len(r.Failed) > 0:
+		s += "; " + strings.Join(r.Failed, ", ") + " not ready within the progressDeadline (failureAction continue)"
+	}
+	return s
 }
 
 func endpointList(eps []string) string {
@@ -492,7 +511,11 @@ func (o *planOutput) markdown() string {
 	}
 	b.WriteString("<details><summary>Services and ingresses</summary>\n\n| service | VIP | endpoints |\n|---|---|---|\n")
 	for _, s := range o.Services {
-		fmt.Fprintf(&b, "| `%s` | %s:%d | %s |\n", s.Name, s.VIP, s.Port, endpointList(s.Endpoints))
+		eps := endpointList(s.Endpoints)
+		if s.Rollout != nil {
+			eps += "; rollout: " + escapeMD(rolloutText(s.Rollout))
+		}
+		fmt.Fprintf(&b, "| `%s` | %s:%d | %s |\n", s.Name, s.VIP, s.Port, eps)
 	}
 	if len(o.Ingresses) > 0 {
 		b.WriteString("\n| ingress | route | served by |\n|---|---|---|\n")

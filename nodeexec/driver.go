@@ -153,3 +153,19 @@ type Redirect struct {
 	// To is where connections go: an address of the node and a port.
 	To netip.AddrPort
 }
+
+// Execer is a driver that can run a command inside a running instance:
+// the exec health checks (package probe). Exec is safe for concurrent use,
+// with itself and with every other operation, on any instance.
+type Execer interface {
+	// Exec runs argv inside the named instance while it runs, as its
+	// command runs (its environment, its root; argv is expanded and looked
+	// up as the command is), and returns its exit status and the first
+	// maxOutput bytes of its output, stdout and stderr together (the rest
+	// is read and dropped). A non-zero exit is a code, not an error: err
+	// is only for a command that could not be run, because the instance
+	// does not run (wrapping ErrNotFound) or its program does not exist,
+	// or because ctx ended. When ctx ends, the command and everything it
+	// started are killed before Exec returns.
+	Exec(ctx context.Context, name string, argv []string, maxOutput int) (code int, output []byte, err error)
+}

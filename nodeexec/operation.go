@@ -49,6 +49,7 @@ const (
 	whyRestart              // restart a running instance with a new spec
 	whyReplace              // replace a running instance: stop, destroy, start
 	whyRelease              // stop it if it runs, destroy it, forget it
+	whyUnwell               // stop it because a check failed: a crash, restarted with backoff
 )
 
 // dispatch starts o on a goroutine of its own when a worker is free, and
@@ -196,10 +197,24 @@ func (r *Reconciler) fold(o *operation, now time.Time, res *Result) {
 			delete(r.state.Instances, o.name)
 			r.log.Info("removed instance", "instance", o.name, "reason", o.reason)
 		case o.why == whyApply && st != nil:
-			st.Spec.Resources = o.spec.Spec.Resources
-			st.Spec.RestartPolicy = o.spec.Spec.RestartPolicy
+			liveSpec(&st.Spec, o.spec.Spec)
 			st.SpecHash = o.spec.SpecHash
 			st.Error = ""
+		case o.why == whyUnwell && st != nil:
+			// As a crash: the restart backoff, then a start (ensure).
+			delete(r.unwell, o.name)
+			st.LastExit = &ExitRecord{Code: -1, Known: true, At: now}
+			if !st.Started.IsZero() && now.Sub(st.Started) >= resetAfter {
+				st.Backoff = 0
+			}
+			st.Backoff = nextBackoff(st.Backoff)
+			st.NextRestart = now.Add(st.Backoff)
+			st.State = report.StateCrashLoop
+			if !restartable(st.Spec.RestartPolicy, Exit{Code: -1, Known: true, At: now}) {
+				st.State = report.StateFailed
+			}
+			st.Error = o.reason
+			r.log.Info("instance stopped: a check failed", "instance", o.name, "why", o.reason, "restartIn", st.Backoff)
 		case o.started:
 			prev := st
 			if prev == nil {

@@ -112,6 +112,7 @@ type Reconciler struct {
 	ops     map[string]*operation // started and not folded yet, by instance
 	held    map[string]retry      // instances whose last operation failed
 	drain   map[string]time.Time  // instances whose stop waits for their drain, since when
+	unwell  map[string]unwell     // instances whose liveness (or startup) check failed
 	folded  Result                // what was folded since the last Pass returned
 	unsaved bool                  // an outcome was folded since the state was saved
 	closed  bool
@@ -152,7 +153,7 @@ func NewReconciler(cfg Config) (*Reconciler, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Reconciler{
-		cfg: cfg, state: st, log: cfg.Logger, ops: map[string]*operation{}, held: map[string]retry{}, drain: map[string]time.Time{},
+		cfg: cfg, state: st, log: cfg.Logger, ops: map[string]*operation{}, held: map[string]retry{}, drain: map[string]time.Time{}, unwell: map[string]unwell{},
 		folded: newResult(), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
 	}, nil
 }
@@ -260,6 +261,10 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 		if inst == nil || r.busy(name, now) {
 			continue
 		}
+		if o := r.relive(name, running); o != nil {
+			r.dispatch(o)
+			continue
+		}
 		o, err := r.ensure(inst, mine[name], running, now)
 		if err != nil {
 			res.Waiting[name] = err // ensure only ever waits
@@ -339,6 +344,49 @@ func proxies(rep *report.Report, service string, addr netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// unwell is a running instance whose liveness (or startup) check failed:
+// the process it names is to be restarted.
+type unwell struct {
+	pid       int
+	startTime uint64
+	why       string
+}
+
+// Restart asks for the named instance's process (pid and startTime, as
+// InstanceState has them) to be restarted, as a crash, because a check
+// failed (why): a later pass stops it, without a drain (it is failing;
+// its report says it is not ready), and it starts again after the restart
+// backoff. A request for a process that no longer runs is dropped. Only
+// the owner calls it.
+func (r *Reconciler) Restart(name string, pid int, startTime uint64, why string) {
+	if st := r.state.Instances[name]; st != nil && st.PID == pid && st.StartTime == startTime && pid != 0 {
+		r.unwell[name] = unwell{pid: pid, startTime: startTime, why: why}
+	}
+}
+
+// relive returns the operation that stops an instance whose check failed,
+// or nil.
+func (r *Reconciler) relive(name string, running map[string]Process) *operation {
+	u, ok := r.unwell[name]
+	if !ok {
+		return nil
+	}
+	st := r.state.Instances[name]
+	p, isRunning := running[name]
+	if st == nil || !isRunning || p.PID != u.pid || p.StartTime != u.startTime {
+		delete(r.unwell, name) // it is no longer the process that failed
+		return nil
+	}
+	return &operation{name: name, why: whyUnwell, stop: true, grace: time.Duration(st.Spec.TerminationGracePeriod), reason: u.why}
+}
+
+// liveSpec applies to a running instance's recorded spec what changes
+// without a restart.
+func liveSpec(s *render.JailSpec, to render.JailSpec) {
+	s.Resources, s.RestartPolicy = to.Resources, to.RestartPolicy
+	s.Checks, s.TerminationGracePeriod = to.Checks, to.TerminationGracePeriod
 }
 
 // busy reports whether an instance's operation is in flight, or its last
@@ -468,7 +516,7 @@ func (r *Reconciler) ensure(inst *render.Instance, pl planner.Placement, running
 		switch class {
 		case "", render.ChangeLive:
 			if st.Spec.Resources == inst.Spec.Resources {
-				st.Spec.RestartPolicy = inst.Spec.RestartPolicy
+				liveSpec(&st.Spec, inst.Spec)
 				st.SpecHash = inst.SpecHash
 				st.Error = ""
 				return nil, nil
@@ -624,7 +672,8 @@ func (r *Reconciler) Status(ctx context.Context) ([]report.Instance, []report.Vo
 	var instances []report.Instance
 	for _, name := range slices.Sorted(maps.Keys(shown)) {
 		st := shown[name]
-		ri := report.Instance{Name: name, State: st.State, SpecHash: st.SpecHash, Restarts: st.Restarts, Error: st.Error, Generation: st.Generation}
+		ri := report.Instance{Name: name, State: st.State, SpecHash: st.SpecHash, Restarts: st.Restarts, Error: st.Error, Generation: st.Generation,
+			SpecSince: st.SpecSince.UTC().Truncate(time.Millisecond)}
 		if a, err := parseAddr(st.Address); err == nil {
 			ri.Address = a
 		}

@@ -4,10 +4,11 @@
 // most, exits, volumes that are busy while a running instance has them,
 // VIPs and routes recorded. Controls make happen what a real system would
 // do by itself: an instance crashing, a start failing, a command ignoring
-// SIGTERM, an agent restarting. It runs nothing, touches no file and never
-// waits, except where a Hook makes an operation slow, as the commands of a
-// real driver are; it counts the operations inside it at once, per
-// instance and in all.
+// SIGTERM, an agent restarting; what an exec check finds inside an
+// instance is a function the test sets (SetExec). It runs nothing, touches
+// no file and never waits, except where a Hook makes an operation slow, as
+// the commands of a real driver are; it counts the operations inside it at
+// once, per instance and in all.
 package fake
 
 import (
@@ -50,6 +51,9 @@ type Driver struct {
 	problems  []nodeexec.HostProblem
 	checkErr  error
 	checks    int
+	programs  map[string]ExecFunc // by instance (SetExec)
+	execs     map[string]int      // commands Exec ran, by instance
+	lastExec  map[string][]string
 
 	hook     Hook
 	busy     int            // operations inside the driver now
@@ -86,6 +90,7 @@ type instance struct {
 	adopted    bool // started before the last AgentRestart
 	volumes    []string
 	env        []string
+	procEnv    []string // env of the last Start, kept across AgentRestart
 	ignoreTerm bool
 	signals    []string
 	starts     int
@@ -109,6 +114,9 @@ func New() *Driver {
 		failNext:  map[string]error{},
 		capacity:  render.Resources{CPU: 4000, Memory: 8 << 30},
 		active:    map[string]int{},
+		programs:  map[string]ExecFunc{},
+		execs:     map[string]int{},
+		lastExec:  map[string][]string{},
 	}
 }
 
@@ -437,7 +445,7 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	in.running, in.adopted, in.ignoreTerm = true, false, false
 	in.proc = nodeexec.Process{PID: d.nextPID, StartTime: d.ticks, SpecHash: spec.SpecHash, Started: d.now()}
 	in.volumes = slices.Collect(maps.Values(spec.Volumes))
-	in.env = env
+	in.env, in.procEnv = env, env
 	in.starts++
 	return in.proc, nil
 }

@@ -291,7 +291,7 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	if err := d.checkSpec(spec); err != nil {
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
-	argv, err := d.workloadArgv(spec)
+	argv, env, err := d.workloadArgv(spec)
 	if err != nil {
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -323,7 +323,7 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	if rec == nil {
 		rec = &instanceRecord{Instance: name}
 	}
-	rec.SpecHash, rec.Leader = spec.SpecHash, nil
+	rec.SpecHash, rec.Leader, rec.Env = spec.SpecHash, nil, env
 	if err := d.saveRecord(rec); err != nil {
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -426,38 +426,56 @@ func (d *Driver) startWorkload(ctx context.Context, spec nodeexec.InstanceSpec, 
 // standard one (/etc/login.conf's default class).
 const defaultPath = "/sbin:/bin:/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin"
 
-// workloadArgv builds the jexec argv of an instance. jexec without -l
-// would pass on the agent's environment (docs/freebsd-notes.md §1.6), so
-// env(1) -i replaces it with the instance's own: PATH (defaultPath unless
-// the spec sets it), HOME=/root, the spec's env, and the KEEL_ variables of
+// workloadArgv builds the jexec argv of an instance, and returns the
+// environment it passes (NAME=value, sorted). jexec without -l would pass
+// on the agent's environment (docs/freebsd-notes.md §1.6), so env(1) -i
+// replaces it with the instance's own: PATH (defaultPath unless the spec
+// sets it), HOME=/root, the spec's env, and the KEEL_ variables of
 // nodeexec.InstanceEnv, where KEEL_VOLUME_<NAME> is the volume's mount path
 // inside the jail. KEEL_DRIVER_ROOT is left out: jails are found by name.
-func (d *Driver) workloadArgv(spec nodeexec.InstanceSpec) ([]string, error) {
+func (d *Driver) workloadArgv(spec nodeexec.InstanceSpec) (argv, env []string, err error) {
 	if len(spec.Spec.Command) == 0 {
-		return nil, errors.New("no command")
+		return nil, nil, errors.New("no command")
 	}
-	env, err := nodeexec.InstanceEnv(spec, "/root", "")
+	vars, err := nodeexec.InstanceEnv(spec, "/root", "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	delete(env, nodeexec.EnvDriverRoot)
+	delete(vars, nodeexec.EnvDriverRoot)
 	for _, v := range spec.Spec.Volumes {
-		env[nodeexec.VolumeVar(spec, v.Name)] = cleanMountPath(v.MountPath)
+		vars[nodeexec.VolumeVar(spec, v.Name)] = cleanMountPath(v.MountPath)
 	}
-	if env["PATH"] == "" {
-		env["PATH"] = defaultPath
+	if vars["PATH"] == "" {
+		vars["PATH"] = defaultPath
 	}
-	cmd := nodeexec.ExpandArgs(spec.Spec.Command, env)
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, nil, fmt.Errorf("environment variable %q cannot be passed", k)
+		}
+		env = append(env, k+"="+vars[k])
+	}
+	argv, err = jexecArgv(spec.Name, env, spec.Spec.Command)
+	return argv, env, err
+}
+
+// jexecArgv is `jexec keel-<name> /usr/bin/env -i <env> <command>`, the
+// command expanded with env (nodeexec.ExpandArgs), for the workload and
+// the exec checks alike.
+func jexecArgv(name string, env, command []string) ([]string, error) {
+	vars := make(map[string]string, len(env))
+	argv := []string{"jexec", jailName(name), "/usr/bin/env", "-i"}
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return nil, fmt.Errorf("environment variable %q cannot be passed", k)
+		}
+		vars[k] = v
+		argv = append(argv, kv)
+	}
+	cmd := nodeexec.ExpandArgs(command, vars)
 	if cmd[0] == "" || strings.Contains(cmd[0], "=") {
 		// env(1) would take it for a variable.
 		return nil, fmt.Errorf("the command's first element %q is empty or contains '='", cmd[0])
-	}
-	argv := []string{"jexec", jailName(spec.Name), "/usr/bin/env", "-i"}
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(env[k], 0) {
-			return nil, fmt.Errorf("environment variable %q cannot be passed", k)
-		}
-		argv = append(argv, k+"="+env[k])
 	}
 	for _, a := range cmd {
 		if strings.ContainsRune(a, 0) {

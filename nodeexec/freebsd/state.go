@@ -5,8 +5,8 @@ package freebsd
 //	network.json                 the aliases and routes Keel added, the next
 //	                             epair ordinal, and the boot they belong to
 //	instances/<name>/record.json what an instance was started with: its spec
-//	                             hash, epair ordinal, address, volumes and
-//	                             the identity of its workload
+//	                             hash, epair ordinal, address, volumes, the
+//	                             identity of its workload and its environment
 //	instances/<name>/stdout.log  its output (see package logfile)
 //	instances/<name>/stderr.log
 //
@@ -39,6 +39,9 @@ type instanceRecord struct {
 	Address string `json:"address,omitempty"`
 	// Leader is the workload's first process, started by jexec.
 	Leader *leader `json:"leader,omitempty"`
+	// Env is the workload's environment (NAME=value), which its exec
+	// checks get too (Exec). Absent from records of older agents.
+	Env []string `json:"env,omitempty"`
 }
 
 // leader identifies a process for good: a PID and its start time.

@@ -31,9 +31,11 @@
 //     exec.* hooks, ip4.addr (no IP jails), mount.fstab; jls -s/-v and
 //     libxo output; the hostname of a jail is kern.hostname unless set.
 //   - jexec of any program other than /sbin/ifconfig and /sbin/route
-//     through Runner.Run; jexec without a command (the shell); users
-//     (-u/-U); the in-process jexec workload never writes to its
-//     stdout/stderr files.
+//     through Runner.Run (RunCheck, for health checks, runs the host's
+//     program, as the executable's jexec does, not recorded as a process
+//     of the jail); jexec without a command (the shell); users (-u/-U);
+//     the in-process jexec workload never writes to its stdout/stderr
+//     files; env(1) options other than -i, and env without a command.
 //   - nullfs contents: a nullfs mount is recorded, the mirror directory of
 //     its target does not show the source's files; nullfs mounts of or on
 //     files.

@@ -486,8 +486,9 @@ func procStat(pid int) (byte, uint64, bool) {
 // attaches to the jail and execs the command. The simulator records its
 // own pid as a process of the jail, then execs the command when it
 // resolves on this host (an absolute path that exists, or a name found
-// in PATH), else blocks until a signal ends it. It never holds the state
-// lock while it runs. /sbin/ifconfig and /sbin/route run in the jail's
+// in PATH), else blocks until a signal ends it; env(1), which the drivers
+// put first, runs as envRun models it. It never holds the state lock
+// while it runs. /sbin/ifconfig and /sbin/route run in the jail's
 // VNET as the simulator's own commands.
 func (s *Sim) JexecMain(argv []string, stdout, stderr io.Writer) int {
 	jname, args, msg, code := jexecArgs(argv)
@@ -534,6 +535,16 @@ func (s *Sim) JexecMain(argv []string, stdout, stderr io.Writer) int {
 		signal.Ignore(syscall.SIGTERM)
 	}
 	cmd := args[0]
+	if filepath.Base(cmd) == "env" {
+		path, argv, env, msg, code := envRun(args, os.Environ())
+		if code != 0 {
+			io.WriteString(stderr, msg) //nolint:errcheck
+			return code
+		}
+		err = syscall.Exec(path, argv, env)
+		fmt.Fprintf(stderr, "env: %s: %v\n", argv[0], err)
+		return 126
+	}
 	if p, err := exec.LookPath(cmd); err == nil {
 		err = syscall.Exec(p, args, os.Environ())
 		fmt.Fprintf(stderr, "jexec: execvp: %s: %v\n", cmd, err)

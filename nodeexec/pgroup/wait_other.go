@@ -1,0 +1,10 @@
+//go:build !linux && !(freebsd && (amd64 || arm64 || riscv64))
+
+package pgroup
+
+import "errors"
+
+// supported is false: Run needs to wait for a child without reaping it.
+const supported = false
+
+func waitExited(pid int) error { return errors.ErrUnsupported }
