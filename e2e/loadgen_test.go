@@ -233,7 +233,8 @@ type loadStats struct {
 	Replicas     map[string]int // answers by replica
 }
 
-// stats sums up the requests (every one when filter is nil).
+// stats sums up the requests (every one when filter is nil). The
+// latencies are those of the successful requests.
 func (r loadResult) stats(filter func(sample) bool) loadStats {
 	st := loadStats{Greetings: map[string]int{}, Replicas: map[string]int{}}
 	var lat []time.Duration
@@ -251,9 +252,7 @@ func (r loadResult) stats(filter func(sample) bool) loadStats {
 		}
 		st.Greetings[s.Greeting]++
 		st.Replicas[s.Replica]++
-		if s.Kind != "slow" { // their latency is the delay they asked for
-			lat = append(lat, s.Latency)
-		}
+		lat = append(lat, s.Latency)
 	}
 	slices.Sort(lat)
 	st.P50, st.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
@@ -273,14 +272,14 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // client, the marks, and the first failures.
 func (r loadResult) summary() string {
 	var b strings.Builder
-	all := r.stats(nil)
-	fmt.Fprintf(&b, "from %s: %d requests in %s (%.0f/s), %d failed, p50 %s, p99 %s; answers by greeting %v, by replica %v",
+	all, paced := r.stats(nil), r.stats(isPaced)
+	fmt.Fprintf(&b, "from %s: %d requests in %s (%.0f/s), %d failed, paced requests' p50 %s, p99 %s; answers by greeting %v, by replica %v",
 		r.Start.Format("15:04:05.000"), all.Sent, r.Duration.Round(time.Millisecond), float64(all.Sent)/r.Duration.Seconds(), all.Failed,
-		all.P50.Round(10*time.Microsecond), all.P99.Round(10*time.Microsecond), all.Greetings, sortedCounts(all.Replicas))
+		paced.P50.Round(10*time.Microsecond), paced.P99.Round(10*time.Microsecond), all.Greetings, sortedCounts(all.Replicas))
 	for _, kind := range []string{"keepAlive", "fresh", "slow"} {
 		k := r.stats(func(s sample) bool { return s.Kind == kind })
 		if k.Sent > 0 {
-			fmt.Fprintf(&b, "\n  %s clients: %d requests, %d failed, p99 %s", kind, k.Sent, k.Failed, k.P99.Round(10*time.Microsecond))
+			fmt.Fprintf(&b, "\n  %s clients: %d requests, %d failed, p50 %s, p99 %s", kind, k.Sent, k.Failed, k.P50.Round(10*time.Microsecond), k.P99.Round(10*time.Microsecond))
 		}
 	}
 	for _, m := range r.Marks {
@@ -318,14 +317,18 @@ func (r loadResult) markAt(what string) time.Duration {
 	return r.Duration
 }
 
-// before sums up the requests sent before the mark named what.
+// isPaced: the requests of the clients at a steady rate, whose latency
+// is the service's (a slow client's is the delay it asked for).
+func isPaced(s sample) bool { return s.Kind != "slow" }
+
+// before sums up the paced requests sent before the mark named what.
 func (r loadResult) before(what string) loadStats {
 	at := r.markAt(what)
-	return r.stats(func(s sample) bool { return s.At < at })
+	return r.stats(func(s sample) bool { return isPaced(s) && s.At < at })
 }
 
-// after sums up the requests sent from the mark named what on.
+// after sums up the paced requests sent from the mark named what on.
 func (r loadResult) after(what string) loadStats {
 	at := r.markAt(what)
-	return r.stats(func(s sample) bool { return s.At >= at })
+	return r.stats(func(s sample) bool { return isPaced(s) && s.At >= at })
 }

@@ -165,8 +165,8 @@ func TestZeroDowntime(t *testing.T) {
 			z.c.waitFor("the rollout of web pauses", func() (bool, string) { return z.paused(old, newHash, 1) })
 			z.load.mark("every agent has paused the rollout")
 			// It stays paused: no other replica is released while the
-			// agents pass and report (two report intervals).
-			deadline := time.Now().Add(2 * reportInterval)
+			// agents fetch and plan a few times more.
+			deadline := time.Now().Add(3 * poll)
 			for time.Now().Before(deadline) {
 				if ok, why := z.paused(old, newHash, 1); !ok {
 					t.Errorf("the paused rollout moved on: %s", why)
@@ -285,7 +285,7 @@ func (z *zeroDowntime) underLoad(what string, fn func()) loadResult {
 	res := l.stop()
 	steady := res.before("steady state until here")
 	during := res.after("steady state until here")
-	z.t.Logf("%s: %s\n  steady: %d requests, %d failed, p99 %s; during the change: %d requests, %d failed, p50 %s, p99 %s",
+	z.t.Logf("%s: %s\n  paced requests, steady: %d, %d failed, p99 %s; during the change: %d, %d failed, p50 %s, p99 %s",
 		what, res.summary(), steady.Sent, steady.Failed, steady.P99.Round(10*time.Microsecond),
 		during.Sent, during.Failed, during.P50.Round(10*time.Microsecond), during.P99.Round(10*time.Microsecond))
 	return res
