@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -67,11 +68,12 @@ spec:
 }
 
 // zeroLoad is the load of every scenario: 200 requests/s through the VIP
-// from six keep-alive clients and two that open a connection per request,
-// plus two keep-alive clients whose every request is in flight for a
-// second (see loadgen_test.go).
+// from twelve keep-alive clients and four that open a connection per
+// request (12.5 requests/s each, so that a slow answer now and then does
+// not lower the rate), plus two keep-alive clients whose every request is
+// in flight for a second (see loadgen_test.go).
 func zeroLoad(target string) loadOptions {
-	return loadOptions{Target: target, Rate: 200, KeepAlive: 6, Fresh: 2, Slow: 2, SlowDelay: time.Second}
+	return loadOptions{Target: target, Rate: 200, KeepAlive: 12, Fresh: 4, Slow: 2, SlowDelay: time.Second}
 }
 
 // TestZeroDowntime runs, on three agents and one after the other, the
@@ -158,17 +160,20 @@ func TestZeroDowntime(t *testing.T) {
 		bad := good
 		bad.greeting = "broken"
 		bad.env = map[string]string{"HEALTHZ": "fail"}
-		var newHash string
+		var atNew []string
 		res := z.underLoad("a version that never becomes ready, then git revert", func() {
 			z.push("web: a version whose /healthz fails", bad)
-			newHash = z.c.model().Instance("web-0").SpecHash
-			z.c.waitFor("the rollout of web pauses", func() (bool, string) { return z.paused(old, newHash, 1) })
+			newHash := z.c.model().Instance("web-0").SpecHash
+			z.c.waitFor("the rollout of web pauses", func() (ok bool, why string) {
+				atNew, ok, why = z.paused(old, newHash, 1)
+				return ok, why
+			})
 			z.load.mark("every agent has paused the rollout")
 			// It stays paused: no other replica is released while the
 			// agents fetch and plan a few times more.
 			deadline := time.Now().Add(3 * poll)
 			for time.Now().Before(deadline) {
-				if ok, why := z.paused(old, newHash, 1); !ok {
+				if _, ok, why := z.paused(old, newHash, 1); !ok {
 					t.Errorf("the paused rollout moved on: %s", why)
 					break
 				}
@@ -185,6 +190,16 @@ func TestZeroDowntime(t *testing.T) {
 		z.noFailures(res)
 		if n := res.stats(nil).Greetings["broken"]; n > 0 {
 			t.Errorf("the replica that never became ready answered %d requests", n)
+		}
+		// While paused, the replicas at the old spec served, and only they.
+		from, to := res.markAt("every agent has paused the rollout"), res.markAt("git revert")
+		paused := res.stats(func(s sample) bool { return s.At >= from && s.At < to })
+		for name := range old {
+			if n := paused.Replicas[name]; slices.Contains(atNew, name) && n > 0 {
+				t.Errorf("while paused, %s, at the new spec and never ready, answered %d requests", name, n)
+			} else if !slices.Contains(atNew, name) && n == 0 {
+				t.Errorf("while paused, %s, at the old spec, answered no request: %v", name, paused.Replicas)
+			}
 		}
 		for name, hash := range old {
 			if h := z.c.model().Instance(name).SpecHash; h != hash {
@@ -269,6 +284,7 @@ func (z *zeroDowntime) settle() {
 // to compare with, and returns what the load saw.
 func (z *zeroDowntime) underLoad(what string, fn func()) loadResult {
 	z.t.Helper()
+	drains, timeouts := z.logCount("draining instance"), z.logCount("drain timed out")
 	l := startLoad(zeroLoad(z.target))
 	z.load = l
 	defer func() {
@@ -288,7 +304,21 @@ func (z *zeroDowntime) underLoad(what string, fn func()) loadResult {
 	z.t.Logf("%s: %s\n  paced requests, steady: %d, %d failed, p99 %s; during the change: %d, %d failed, p50 %s, p99 %s",
 		what, res.summary(), steady.Sent, steady.Failed, steady.P99.Round(10*time.Microsecond),
 		during.Sent, during.Failed, during.P50.Round(10*time.Microsecond), during.P99.Round(10*time.Microsecond))
+	z.t.Logf("%s: the agents logged %d drains, %d of them timed out", what,
+		z.logCount("draining instance")-drains, z.logCount("drain timed out")-timeouts)
 	return res
+}
+
+// logCount counts the lines of every agent's log that contain s.
+func (z *zeroDowntime) logCount(s string) int {
+	n := 0
+	for _, node := range z.c.Nodes {
+		b, err := os.ReadFile(z.c.LogFile(node))
+		if err == nil {
+			n += strings.Count(string(b), s)
+		}
+	}
+	return n
 }
 
 // noFailures fails the test unless every request of res succeeded.
@@ -300,18 +330,18 @@ func (z *zeroDowntime) noFailures(res loadResult) {
 }
 
 // paused reports whether the rollout of web stands paused with updated
-// replicas at newHash: every agent's keel_rollout_paused{service="web"}
-// is 1, exactly updated replicas run at newHash and are not ready, and
-// every other runs at its old spec, ready.
-func (z *zeroDowntime) paused(old map[string]string, newHash string, updated int) (bool, string) {
+// replicas at newHash, and names them: every agent's
+// keel_rollout_paused{service="web"} is 1 and has logged the pause,
+// exactly updated replicas run at newHash and are not ready, and every
+// other runs at its old spec, ready.
+func (z *zeroDowntime) paused(old map[string]string, newHash string, updated int) (atNew []string, ok bool, why string) {
 	if ok, why := z.metricEverywhere(`keel_rollout_paused{service="web"}`, 1); !ok {
-		return false, why
+		return nil, false, why
 	}
 	sts, err := z.c.statuses()
 	if err != nil {
-		return false, err.Error()
+		return nil, false, err.Error()
 	}
-	var atNew []string
 	for name, hash := range old {
 		var seen []report.Instance
 		for _, st := range sts {
@@ -320,31 +350,31 @@ func (z *zeroDowntime) paused(old map[string]string, newHash string, updated int
 			}
 		}
 		if len(seen) != 1 || seen[0].State != report.StateRunning {
-			return false, fmt.Sprintf("%s is reported %+v", name, seen)
+			return nil, false, fmt.Sprintf("%s is reported %+v", name, seen)
 		}
 		switch ri := seen[0]; ri.SpecHash {
 		case newHash:
 			if ri.IsReady() {
-				return false, name + " is ready at the new spec"
+				return nil, false, name + " is ready at the new spec"
 			}
 			atNew = append(atNew, name)
 		case hash:
 			if !ri.IsReady() {
-				return false, name + " at the old spec is not ready: " + ri.Check
+				return nil, false, name + " at the old spec is not ready: " + ri.Check
 			}
 		default:
-			return false, fmt.Sprintf("%s runs at %.12s, neither the old nor the new spec", name, ri.SpecHash)
+			return nil, false, fmt.Sprintf("%s runs at %.12s, neither the old nor the new spec", name, ri.SpecHash)
 		}
 	}
 	if len(atNew) != updated {
-		return false, fmt.Sprintf("%v run at the new spec, want %d replicas", atNew, updated)
+		return nil, false, fmt.Sprintf("%v run at the new spec, want %d replicas", atNew, updated)
 	}
 	for _, n := range z.c.Nodes {
 		if ok, _ := z.c.logContains(n, "rollouts paused"); !ok {
-			return false, n + " has not logged that the rollout is paused"
+			return nil, false, n + " has not logged that the rollout is paused"
 		}
 	}
-	return true, ""
+	return atNew, true, ""
 }
 
 // metricEverywhere reports whether series has value v on every agent.
