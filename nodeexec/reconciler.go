@@ -604,8 +604,10 @@ func (r *Reconciler) release(d Desired, name string, elsewhere map[string]planne
 	case inst.Stateful:
 		// Break before make: stop now; the new node starts it once this
 		// node's report shows it stopped.
-	case !runsOn(d, name, pl.Node):
-		// Make before break: keep it until its new node reports it running.
+	case isRunning && !runsOn(d, name, pl.Node):
+		// Make before break: keep it serving until its new node reports
+		// it ready. A copy that does not run here serves nothing: it goes
+		// at once.
 		return nil
 	}
 	o := &operation{name: name, why: whyRelease, stop: isRunning, destroy: true, reason: releaseReason(inst, placed, pl)}

@@ -381,9 +381,36 @@ func TestMakeBeforeBreak(t *testing.T) {
 		t.Fatal("stopped while the new owner only starts it")
 	}
 	w.n2.Instances[0].State = report.StateRunning
+	w.n2.Instances[0].Ready = new(false)
+	w.pass()
+	if _, ok := w.running()["web"]; !ok {
+		t.Fatal("stopped while the new owner runs it, not ready yet")
+	}
+	w.n2.Instances[0].Ready = new(true)
 	w.pass()
 	if _, ok := w.running()["web"]; ok {
-		t.Fatal("still running after the new owner reports it running")
+		t.Fatal("still running after the new owner reports it running and ready")
+	}
+}
+
+// A copy moved away that does not run here (it crashed, or this node was
+// away) serves nothing: it is removed at once, whether or not the new
+// owner's copy is ready yet.
+func TestMovedCopyNotRunningGoesAtOnce(t *testing.T) {
+	svc := "apiVersion: keel/v1\nkind: Jail\nmetadata: {name: web}\nspec: {image: base/x, command: [/bin/web], node: NODE}\n"
+	w := newWorld(t, map[string]string{"a.yaml": strings.Replace(svc, "NODE", "n1", 1)})
+	w.pass()
+	if err := w.drv.Crash("web", 1); err != nil {
+		t.Fatal(err)
+	}
+	w.clk.advance(time.Millisecond) // before its restart backoff ends
+	w.pass()
+	w.set("a.yaml", strings.Replace(svc, "NODE", "n2", 1))
+	w.n2.Instances = []report.Instance{{Name: "web", State: report.StateRunning, Ready: new(false), Address: netip.MustParseAddr("10.200.2.9"), SpecHash: w.model.Instance("web").SpecHash}}
+	w.pass()
+	w.pass()
+	if _, held := w.rec.Instances()["web"]; held {
+		t.Fatalf("a copy that does not run is kept while the new owner's is not ready: %+v", w.rec.Instances()["web"])
 	}
 }
 
