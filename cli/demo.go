@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -40,7 +41,14 @@ spec:
     command: [%q, demo-web, --port, "8080"]
     env:
       GREETING: hello
+      HEALTHZ: ok               # fail: /healthz answers 503, a version never ready
+    checks:
+      readiness:                # traffic and rollouts follow it
+        http: {path: /healthz}
+        period: 2s
     resources: {cpu: 100m, memory: 64M}
+  strategy:
+    progressDeadline: 15s       # a replica not ready by then pauses the rollout
 `, keel),
 		"apps/db.yaml": fmt.Sprintf(`# A stateful service: each replica keeps its request count in its volume,
 # and stays pinned to its node by keel.lock.
@@ -219,6 +227,7 @@ before Ctrl-C, which stops only the agents the demo started):
   GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 %s >> %s 2>&1 &
 `, c.PID(last), strings.Join(argv, " "), shellQuote(c.LogFile(last)))
 	fmt.Fprintln(e.stdout, "\nMetrics:")
+	metrics := ""
 	for _, n := range c.Nodes {
 		addr, err := c.MetricsAddr(ctx, n)
 		if err != nil {
@@ -226,6 +235,7 @@ before Ctrl-C, which stops only the agents the demo started):
 			continue
 		}
 		fmt.Fprintf(e.stdout, "  %s  http://%s/metrics\n", n, addr)
+		metrics = cmp.Or(metrics, "http://"+addr+"/metrics")
 	}
 	fmt.Fprintf(e.stdout, `
 Deploy a change with git push, from the demo's work tree:
@@ -238,6 +248,33 @@ Then watch it converge:
   %s plan --repo %s --reports-remote origin
 
 `, c.Work, shellQuote(keel), shellQuote(keel), c.StateDir(c.Nodes[0]), shellQuote(keel), c.Work)
+	var web string
+	if plan != nil {
+		for _, s := range plan.Services {
+			if s.Name == "web" {
+				web = fmt.Sprintf("http://%s:%d/", s.VIP, s.Port)
+			}
+		}
+	}
+	if web == "" || metrics == "" {
+		return
+	}
+	fmt.Fprintf(e.stdout, `Change the greeting while a load loop runs through the web VIP: the replicas
+restart one at a time, each drained first and back in the VIP's endpoints
+once ready, so no request fails (the loop exits 1 if one does):
+  %[1]s demo-load --duration 12s %[2]s & sleep 1; sed -i 's/GREETING: hello/GREETING: bonjour/' apps/web.yaml && git commit -qam "greet in French" && git push -q origin main; wait $!
+
+Push a version that never becomes ready (its /healthz answers 503): one
+replica is restarted with it and gets no traffic; past the progressDeadline
+(15 s) the rollout pauses, and the other replicas keep serving:
+  sed -i 's/HEALTHZ: ok/HEALTHZ: fail/' apps/web.yaml && git commit -qam "a broken version" && git push -q origin main
+  %[1]s demo-load --duration 20s %[2]s
+  curl -s %[3]s | grep 'keel_rollout_paused{service="web"} 1'
+  %[1]s plan --repo %[4]s --reports-remote origin | grep -A1 '^  web '
+Roll back: git revert, paced as any rollout:
+  git revert --no-edit HEAD && git push -q origin main
+
+`, shellQuote(keel), web, metrics, c.Work)
 }
 
 func shellQuote(s string) string {
