@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,3 +176,87 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every
 // Linux platform Go supports.
 const clockTicks = 100
+
+// BenchmarkRolloutUnderLoad measures what clients see of a rolling update:
+// a steady 200 requests/s through the web Service's VIP (twelve
+// keep-alive clients and four that open a connection per request: see
+// loadgen_test.go) while each push changes the Service's env, so that its
+// three replicas restart one after the other. It reports the requests
+// that failed during all the rollouts, and the p99 latency of the
+// requests sent during them against that of a steady window before the
+// first push. Run it with -benchtime=5x (or more): each iteration is one
+// push and its rollout.
+func BenchmarkRolloutUnderLoad(b *testing.B) {
+	c := newCluster(b, 10*time.Minute, localcluster.Options{
+		Poll:  time.Second,
+		Files: map[string]string{"apps/web.yaml": webService(3, "base/demo", "v0")},
+	})
+	c.converge("first commit")
+	c.waitEndpoints("web", webPort)
+	target := net.JoinHostPort(c.model().Service("web").VIP.Addr.String(), itoa(webPort))
+	l := startLoad(loadOptions{Target: target, Rate: 200, KeepAlive: 12, Fresh: 4})
+	time.Sleep(5 * time.Second) // the steady state
+	l.mark("steady")
+	n := 0
+	for b.Loop() {
+		n++
+		c.prepare(fmt.Sprintf("push %d", n), "apps/web.yaml", webService(3, "base/demo", fmt.Sprintf("v%d", n)))
+		c.push()
+		c.converge(fmt.Sprintf("push %d", n))
+		c.waitEndpoints("web", webPort)
+	}
+	res := l.stop()
+	steady, during := res.before("steady"), res.after("steady")
+	b.ReportMetric(float64(during.Failed), "failed")
+	b.ReportMetric(float64(during.Sent), "requests")
+	b.ReportMetric(ms(steady.P99), "steady-p99-ms")
+	b.ReportMetric(ms(during.P99), "rollout-p99-ms")
+	if during.Failed > 0 {
+		b.Errorf("%d of %d requests failed during the rollouts: %v", during.Failed, during.Sent, during.Errors)
+	}
+}
+
+// BenchmarkRolloutTime measures how long a rolling update of a 3-replica
+// Service takes, from git push to every replica ready at its new spec and
+// every proxy following (and, with a surge, the surge instance gone): with
+// the default strategy (one replica at a time) and with maxSurge: 1 and
+// maxUnavailable: 0 (a new replica first, then one old one at a time).
+// Run it with -benchtime=10x.
+func BenchmarkRolloutTime(b *testing.B) {
+	for _, bc := range []struct{ name, strategy string }{
+		{"default", ""},
+		{"maxSurge=1", "  strategy: {maxSurge: 1, maxUnavailable: 0}\n"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			spec := func(greeting string) string {
+				s := webService(3, "base/demo", greeting)
+				return strings.Replace(s, "  template:\n", bc.strategy+"  template:\n", 1)
+			}
+			c := newCluster(b, 10*time.Minute, localcluster.Options{Poll: time.Second, Files: map[string]string{"apps/web.yaml": spec("v0")}})
+			c.converge("first commit")
+			var took []time.Duration
+			push := func() {
+				n := len(took) + 1
+				c.prepare(fmt.Sprintf("push %d", n), "apps/web.yaml", spec(fmt.Sprintf("v%d", n)))
+				start := time.Now()
+				c.push()
+				for {
+					if ok, _ := c.Converged(c.ctx); ok && len(c.procsByInstance()["web-3"]) == 0 {
+						break
+					}
+					if c.ctx.Err() != nil {
+						b.Fatalf("push %d did not converge", n)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				took = append(took, time.Since(start))
+			}
+			for b.Loop() {
+				push()
+			}
+			slices.Sort(took)
+			b.ReportMetric(ms(took[len(took)/2]), "median-ms")
+			b.ReportMetric(ms(took[(len(took)*95+99)/100-1]), "p95-ms")
+		})
+	}
+}

@@ -573,13 +573,22 @@ func (c *Cluster) Converged(ctx context.Context) (bool, string) {
 			if inst == nil {
 				return false, fmt.Sprintf("%s still runs %s, which is not in the specs", node, in.Name)
 			}
+			if inst.Surge {
+				return false, fmt.Sprintf("%s still runs the surge instance %s: a rollout is under way", node, in.Name)
+			}
 			if in.SpecHash != inst.SpecHash {
 				return false, fmt.Sprintf("%s runs %s at an old spec", node, in.Name)
+			}
+			if !in.IsReady() {
+				return false, fmt.Sprintf("%s runs %s, not ready yet", node, in.Name)
 			}
 			runningOn[in.Name] = append(runningOn[in.Name], node)
 		}
 	}
 	for _, inst := range m.Instances {
+		if inst.Surge {
+			continue // runs only while a rollout is under way
+		}
 		switch n := runningOn[inst.Name]; len(n) {
 		case 0:
 			return false, inst.Name + " runs nowhere"

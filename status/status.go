@@ -145,11 +145,15 @@ type Service struct {
 	VIP      string `json:"vip" yaml:"vip"`
 	Port     int    `json:"port" yaml:"port"`
 	Replicas int    `json:"replicas" yaml:"replicas"`
-	// Ready counts the replicas running on alive nodes (the endpoints the
-	// proxies use); Updated those of them running the tip's spec.
+	// Ready counts the replicas running and ready on alive nodes (the
+	// endpoints the proxies use); Updated those of them running the tip's
+	// spec.
 	Ready     int      `json:"ready" yaml:"ready"`
 	Updated   int      `json:"updated" yaml:"updated"`
 	Endpoints []string `json:"endpoints" yaml:"endpoints"`
+	// Paused names the replicas that paused the Service's rollout (not
+	// ready within its progressDeadline); empty unless it is paused.
+	Paused []string `json:"paused,omitempty" yaml:"paused,omitempty"`
 }
 
 // Instance is an instance that is not running as the tip says: one still
@@ -412,6 +416,11 @@ func (s *Status) services(m *render.Model, plan *planner.Plan, newest map[string
 					row.Updated++
 				}
 			}
+		}
+		if ro := ps.Rollout; ro != nil && ro.Paused {
+			row.Paused = ro.Failed
+			s.Missing = append(s.Missing, fmt.Sprintf("service %s: its rollout is paused: %s not ready within its progressDeadline (fix the spec, or git revert)",
+				row.Name, strings.Join(ro.Failed, ", ")))
 		}
 		if row.Ready >= row.Replicas {
 			s.Counts.ServicesReady++
