@@ -174,6 +174,8 @@ type Agent struct {
 	// paused is the Services whose rollout the plan holds paused, as last
 	// logged.
 	paused string
+	// proven is, by instance, the spec hash it has been ready at (checked).
+	proven map[string]string
 	// peerSeen is each peer's report as last fetched (peersNews).
 	peerSeen     map[string]peerSeen
 	servicesSeen map[string]bool

@@ -62,7 +62,30 @@ func (a *Agent) syncChecks(now time.Time) (warming int) {
 
 // checked sets what the health checks say of each running instance of a
 // report: whether it is ready, since when, and the last failure.
+//
+// An instance that has been ready at its spec hash no longer reports its
+// specSince: if it crashes or turns unready later, that is no rollout
+// that failed to become ready within progressDeadline (the planner would
+// pause the rollout on it, or with failureAction continue count it as
+// available). The memory of it is this agent's: after a restart, an
+// instance proves itself ready again.
 func (a *Agent) checked(instances []report.Instance) {
+	proven := make(map[string]string, len(instances))
+	for i := range instances {
+		ri := &instances[i]
+		if h, ok := a.proven[ri.Name]; ok && h == ri.SpecHash {
+			proven[ri.Name] = h
+		}
+		if ri.State == report.StateRunning {
+			if s, _ := a.prober.Status(ri.Name); s.Ready {
+				proven[ri.Name] = ri.SpecHash
+			}
+		}
+		if _, ok := proven[ri.Name]; ok {
+			ri.SpecSince = time.Time{}
+		}
+	}
+	a.proven = proven
 	for i := range instances {
 		ri := &instances[i]
 		if ri.State != report.StateRunning {
