@@ -174,8 +174,6 @@ type Agent struct {
 	// paused is the Services whose rollout the plan holds paused, as last
 	// logged.
 	paused string
-	// proven is, by instance, the spec hash it has been ready at (checked).
-	proven map[string]string
 	// peerSeen is each peer's report as last fetched (peersNews).
 	peerSeen     map[string]peerSeen
 	servicesSeen map[string]bool
@@ -791,15 +789,19 @@ func (a *Agent) pass(ctx context.Context) {
 	if m.Cluster.Suspend {
 		a.log.Debug("cluster suspended: instances are watched, nothing is changed")
 	}
-	// The proxies follow the plan before the instances do: an instance
-	// this pass stops has left the plan's endpoints, and the reconciler
-	// waits only for the other nodes' proxies (nodeexec's drain).
+	// The proxies and the ingress follow the plan before the instances
+	// do: an instance this pass stops has left the plan's endpoints, and
+	// the reconciler waits only for the other nodes (nodeexec's drain).
 	leaving := a.leaving()
 	netPlan := plan
 	if leaving {
 		netPlan = &planner.Plan{} // no VIPs, routes nor proxies on a node that left
 	}
 	a.network(ctx, m, netPlan)
+	if a.ing != nil {
+		a.ing.pub.setRepo(m.Cluster)
+		a.ing.pass(m, netPlan, leaving)
+	}
 	start := time.Now()
 	res, err := a.rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: reports, Frozen: m.Cluster.Suspend, Leaving: leaving})
 	a.metrics.ReconcileDuration.Observe(time.Since(start).Seconds())
@@ -821,10 +823,6 @@ func (a *Agent) pass(ctx context.Context) {
 	if res.Created+res.Restarted+res.Replaced+res.Stopped+res.Removed > 0 {
 		a.log.Info("reconciled", "created", res.Created, "restarted", res.Restarted, "replaced", res.Replaced,
 			"stopped", res.Stopped, "removed", res.Removed, "errors", len(res.Errors), "plan", short(plan.PlanID))
-	}
-	if a.ing != nil {
-		a.ing.pub.setRepo(m.Cluster)
-		a.ing.pass(m, netPlan, leaving)
 	}
 	a.updateInstanceMetrics(m)
 	a.publish(ctx, now)
@@ -995,7 +993,7 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 		a.heldSince = time.Time{}
 		return
 	}
-	if a.inFlight > 0 && !due {
+	if a.inFlight > 0 && (!due || a.lastPublish.at.IsZero()) {
 		// Real time, as the timer's, whatever the injected clock.
 		if a.heldSince.IsZero() {
 			a.heldSince = time.Now()

@@ -53,7 +53,11 @@ func (a *Agent) syncChecks(now time.Time) (warming int) {
 		case !ok:
 		case s.LivenessFailed:
 			a.rec.Restart(t.Name, st.PID, st.StartTime, "restarted: "+s.Failure)
-		case !s.Ready && s.Failure == "" && now.Sub(st.Started) < opSettle:
+		case !s.Ready && s.Failure == "" && (now.Sub(st.Started) < opSettle || now.Sub(a.started) < opSettle):
+			// Just started, or found running by an agent that just
+			// started (its checks have not run yet: a first report
+			// saying every instance unready would take them all out of
+			// the peers' endpoints).
 			warming++
 		}
 	}
@@ -61,31 +65,12 @@ func (a *Agent) syncChecks(now time.Time) (warming int) {
 }
 
 // checked sets what the health checks say of each running instance of a
-// report: whether it is ready, since when, and the last failure.
-//
-// An instance that has been ready at its spec hash no longer reports its
-// specSince: if it crashes or turns unready later, that is no rollout
-// that failed to become ready within progressDeadline (the planner would
-// pause the rollout on it, or with failureAction continue count it as
-// available). The memory of it is this agent's: after a restart, an
-// instance proves itself ready again.
+// report: whether it is ready, since when, and the last failure. An
+// instance seen ready at its spec hash is proven at it (the reconciler's
+// state keeps that): its report carries no specSince at that hash from
+// then on, so that a later crash or unreadiness is no rollout that failed
+// to become ready within progressDeadline.
 func (a *Agent) checked(instances []report.Instance) {
-	proven := make(map[string]string, len(instances))
-	for i := range instances {
-		ri := &instances[i]
-		if h, ok := a.proven[ri.Name]; ok && h == ri.SpecHash {
-			proven[ri.Name] = h
-		}
-		if ri.State == report.StateRunning {
-			if s, _ := a.prober.Status(ri.Name); s.Ready {
-				proven[ri.Name] = ri.SpecHash
-			}
-		}
-		if _, ok := proven[ri.Name]; ok {
-			ri.SpecSince = time.Time{}
-		}
-	}
-	a.proven = proven
 	for i := range instances {
 		ri := &instances[i]
 		if ri.State != report.StateRunning {
@@ -95,6 +80,8 @@ func (a *Agent) checked(instances []report.Instance) {
 		ri.Ready = &s.Ready
 		if s.Ready {
 			ri.ReadySince = s.ReadySince.UTC().Truncate(time.Millisecond)
+			ri.SpecSince = time.Time{}
+			a.rec.Proven(ri.Name, ri.SpecHash)
 		}
 		ri.Check = strings.ToValidUTF8(s.Failure, "?")
 	}

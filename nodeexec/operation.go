@@ -233,7 +233,7 @@ func (r *Reconciler) fold(o *operation, now time.Time, res *Result) {
 				Service: o.spec.Service, Address: o.spec.Address.String(), SpecHash: o.spec.SpecHash, Spec: o.spec.Spec,
 				PID: o.proc.PID, StartTime: o.proc.StartTime, Started: now, State: report.StateRunning,
 				Restarts: restarts, Backoff: prev.Backoff, LastExit: prev.LastExit, Generation: o.gen,
-				SpecSince: specSince(prev, o.spec.SpecHash, now),
+				SpecSince: specSince(prev, o.spec.SpecHash, now), ProvenHash: prev.ProvenHash,
 			}
 			r.log.Info("started instance", "instance", o.name, "pid", o.proc.PID, "address", o.spec.Address, "specHash", short(o.spec.SpecHash))
 		}

@@ -300,15 +300,25 @@ func (r *Reconciler) drained(d Desired, o *operation, now time.Time, res *Result
 		alive[n.Name] = n.Alive
 	}
 	newest := map[string]*report.Report{}
+	var readySince time.Time // of this node's copy, as its own report says
 	for i := range d.Reports {
 		rep := &d.Reports[i]
+		if rep.Node == r.cfg.Node {
+			if ri := rep.Instance(o.name); ri != nil && ri.ReadySince.After(readySince) {
+				readySince = ri.ReadySince
+			}
+		}
 		if cur := newest[rep.Node]; rep.Node != r.cfg.Node && alive[rep.Node] && (cur == nil || planner.Newer(rep, cur)) {
 			newest[rep.Node] = rep
 		}
 	}
+	// A node whose newest report lists the instance still proxies to it;
+	// one whose newest report is older than the instance's readiness may
+	// not have published since it began to (a release soon after the
+	// instance turned ready): both are waited for.
 	var listing []string
 	for _, node := range slices.Sorted(maps.Keys(newest)) {
-		if proxies(newest[node], st.Service, addr) {
+		if rep := newest[node]; proxies(rep, st.Service, addr) || rep.Time.Before(readySince) {
 			listing = append(listing, node)
 		}
 	}
@@ -363,6 +373,20 @@ type unwell struct {
 func (r *Reconciler) Restart(name string, pid int, startTime uint64, why string) {
 	if st := r.state.Instances[name]; st != nil && st.PID == pid && st.StartTime == startTime && pid != 0 {
 		r.unwell[name] = unwell{pid: pid, startTime: startTime, why: why}
+	}
+}
+
+// Proven records that the named instance was seen ready at spec hash
+// hash: from then on (the state keeps it across agent restarts) its
+// report carries no specSince at that hash, so that a crash or an
+// unreadiness later is not taken for a replica that never became ready
+// within its Service's progressDeadline (which would pause a rollout that
+// is not under way, or with failureAction continue count it available).
+// A new spec starts the clock again. Only the owner calls it.
+func (r *Reconciler) Proven(name, hash string) {
+	if st := r.state.Instances[name]; st != nil && st.SpecHash == hash && st.ProvenHash != hash {
+		st.ProvenHash = hash
+		r.unsaved = true
 	}
 }
 
@@ -674,8 +698,10 @@ func (r *Reconciler) Status(ctx context.Context) ([]report.Instance, []report.Vo
 	var instances []report.Instance
 	for _, name := range slices.Sorted(maps.Keys(shown)) {
 		st := shown[name]
-		ri := report.Instance{Name: name, State: st.State, SpecHash: st.SpecHash, Restarts: st.Restarts, Error: st.Error, Generation: st.Generation,
-			SpecSince: st.SpecSince.UTC().Truncate(time.Millisecond)}
+		ri := report.Instance{Name: name, State: st.State, SpecHash: st.SpecHash, Restarts: st.Restarts, Error: st.Error, Generation: st.Generation}
+		if st.ProvenHash != st.SpecHash {
+			ri.SpecSince = st.SpecSince.UTC().Truncate(time.Millisecond)
+		}
 		if a, err := parseAddr(st.Address); err == nil {
 			ri.Address = a
 		}

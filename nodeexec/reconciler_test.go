@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -47,11 +48,14 @@ type world struct {
 	rec   *nodeexec.Reconciler
 	dir   string
 	files fstest.MapFS
-	n2    report.Report   // n2's report; its Time follows the clock
-	n2Age time.Duration   // how far n2's report lags the clock (past the TTL: n2 is dead)
-	extra []report.Report // other reports, as they are (a ghost's, say)
-	model *render.Model
-	plan  *planner.Plan
+	n2    report.Report // n2's report; its Time follows the clock
+	n2Age time.Duration // how far n2's report lags the clock (past the TTL: n2 is dead)
+	// readySince, when set, is the readySince of every running instance
+	// in n1's own report (what its prober says).
+	readySince time.Time
+	extra      []report.Report // other reports, as they are (a ghost's, say)
+	model      *render.Model
+	plan       *planner.Plan
 	// desired is what the last pass was given.
 	desired nodeexec.Desired
 	// maxParallel is the reconciler's bound (0: the default).
@@ -144,6 +148,11 @@ func (w *world) passOnce() nodeexec.Result {
 	inst, vols, err := w.rec.Status(context.Background())
 	if err != nil {
 		w.t.Fatal(err)
+	}
+	for i := range inst {
+		if inst[i].State == report.StateRunning {
+			inst[i].ReadySince = w.readySince
+		}
 	}
 	own := report.Report{Node: "n1", Time: w.clk.now(), Instances: inst, Volumes: vols}
 	w.n2.Time = w.clk.now().Add(-w.n2Age)
@@ -582,5 +591,64 @@ func TestStateSurvivesRestart(t *testing.T) {
 	w.newReconciler() // same state directory
 	if st := w.rec.Instances()["app"]; st.Restarts != 1 || st.SpecHash == "" {
 		t.Fatalf("state after restart: %+v", st)
+	}
+}
+
+// Issue 13: the stop of an instance that serves a Service waits until the
+// other alive nodes' newest reports show their proxies without it, or a
+// node's report is older than the instance's readiness (it may not have
+// published since it began to send it connections); at most DrainTimeout.
+func TestDrainWaitsForPeersProxies(t *testing.T) {
+	web := "apiVersion: keel/v1\nkind: Service\nmetadata: {name: web}\nspec: {replicas: 1, port: 8080, template: {image: base/x, command: [/bin/web], node: n1}}\n"
+	w := newWorld(t, map[string]string{"web.yaml": web})
+	w.pass()
+	addr := w.rec.Instances()["web-0"].Address
+	if _, ok := w.running()["web-0"]; !ok || addr == "" {
+		t.Fatalf("web-0 does not run: %+v", w.rec.Instances())
+	}
+	w.n2.Services = []report.Service{{Name: "web", VIP: "10.201.0.1", Endpoints: []string{addr + ":8080"}}}
+	w.set("web.yaml", "") // deleted
+	res := w.pass()
+	if _, ok := w.running()["web-0"]; !ok || !slices.Contains(res.Draining, "web-0") {
+		t.Fatalf("stopped while n2's proxy still sends it connections: draining %v", res.Draining)
+	}
+	w.clk.advance(time.Second)
+	w.n2.Services = []report.Service{{Name: "web", VIP: "10.201.0.1", Endpoints: []string{}}}
+	w.pass()
+	if _, ok := w.running()["web-0"]; ok {
+		t.Fatal("still running once n2's proxy dropped it")
+	}
+
+	// n2's newest report is older than web-0's readiness: it may have
+	// begun to proxy to it since, so it is waited for.
+	w = newWorld(t, map[string]string{"web.yaml": web})
+	w.pass()
+	w.readySince = w.clk.now()
+	w.n2Age = 5 * time.Second
+	w.set("web.yaml", "")
+	if res := w.pass(); !slices.Contains(res.Draining, "web-0") {
+		t.Fatalf("stopped on a report of n2 older than web-0's readiness: draining %v", res.Draining)
+	}
+	w.n2Age = 0
+	w.clk.advance(time.Second)
+	w.pass()
+	if _, ok := w.running()["web-0"]; ok {
+		t.Fatal("still running once n2 reported after web-0's readiness")
+	}
+
+	// A node that never drops it holds the stop DrainTimeout at most.
+	w = newWorld(t, map[string]string{"web.yaml": web})
+	w.pass()
+	w.n2.Services = []report.Service{{Name: "web", VIP: "10.201.0.1", Endpoints: []string{w.rec.Instances()["web-0"].Address + ":8080"}}}
+	w.set("web.yaml", "")
+	w.pass()
+	w.clk.advance(nodeexec.DefaultDrainTimeout - time.Second)
+	if w.pass(); len(w.running()) == 0 {
+		t.Fatal("stopped before the drain timed out")
+	}
+	w.clk.advance(time.Second)
+	w.pass()
+	if _, ok := w.running()["web-0"]; ok {
+		t.Fatal("still running after the drain timed out")
 	}
 }

@@ -51,6 +51,10 @@ type InstanceState struct {
 	// this node (its restarts after a crash keep it): a replica not ready
 	// within its Service's progressDeadline of it fails the rollout.
 	SpecSince time.Time `json:"specSince,omitzero"`
+	// ProvenHash is the spec hash the instance was last seen ready at
+	// (Reconciler.Proven): at that hash its report carries no specSince,
+	// so that a later crash is not taken for a rollout that failed.
+	ProvenHash string `json:"provenHash,omitempty"`
 }
 
 // ExitRecord is the last exit of an instance.

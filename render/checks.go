@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,10 +53,24 @@ func (r *renderer) resolveChecks(in checksInput, field string, at func(string) P
 		Readiness: r.resolveCheck(in.Readiness, field, "readiness", at, svc),
 		Liveness:  r.resolveCheck(in.Liveness, field, "liveness", at, svc),
 	}
-	if c.Readiness == nil && svc != nil {
-		c.Readiness = defaultReadiness(svc.Port)
+	if svc != nil {
+		def := defaultReadiness(svc.Port)
+		switch {
+		case c.Readiness == nil:
+			c.Readiness = def
+		case sameCheck(*c.Readiness, *def):
+			// The default written out is the default: it hashes as one.
+			c.Readiness.Default = true
+		}
 	}
 	return c
+}
+
+// sameCheck reports whether two checks check the same, whichever was
+// written and whichever render added.
+func sameCheck(a, b Check) bool {
+	a.Default, b.Default = false, false
+	return reflect.DeepEqual(a, b)
 }
 
 // defaultReadiness is the readiness check of a Service's replica whose

@@ -564,10 +564,12 @@ func TestStrategyPercentRounding(t *testing.T) {
 	}
 }
 
-// A change of checks or of terminationGracePeriod is live: it changes the
-// last part of the specHash only, and CompareSpecs names it with the
-// class live. Writing the default readiness check out changes nothing.
-func TestChecksChangeIsLive(t *testing.T) {
+// A change of the checks a spec writes is a restart: it rolls out, paced,
+// so that a broken check stops the rollout after one replica rather than
+// turning every replica unready at once; it changes the middle part of
+// the specHash. terminationGracePeriod is live: the last part only. The
+// default readiness check written out changes nothing.
+func TestChecksChangeClass(t *testing.T) {
 	t.Parallel()
 	hashOf := func(template string) (string, render.JailSpec) {
 		t.Helper()
@@ -582,11 +584,11 @@ func TestChecksChangeIsLive(t *testing.T) {
 		{"the default readiness check written out", checksReadiness("tcp: {port: 8080}, period: 5s, timeout: 1s, successThreshold: 1, failureThreshold: 3"), nil},
 		{"the default grace period written out", "    terminationGracePeriod: 10s\n", nil},
 		{"readiness over http", checksReadiness("http: {path: /healthz}"),
-			[]render.FieldChange{{Field: "checks", Class: render.ChangeLive, Detail: "checks: readiness: tcp 8080 (default) → http 8080 /healthz"}}},
+			[]render.FieldChange{{Field: "checks", Class: render.ChangeRestart, Detail: "checks: readiness: tcp 8080 (default) → http 8080 /healthz"}}},
 		{"a slower default readiness check", checksReadiness("tcp: {}, period: 10s, failureThreshold: 5"),
-			[]render.FieldChange{{Field: "checks", Class: render.ChangeLive, Detail: "checks: readiness: tcp 8080 (default) → tcp 8080, period 5s → 10s, failureThreshold 3 → 5"}}},
+			[]render.FieldChange{{Field: "checks", Class: render.ChangeRestart, Detail: "checks: readiness: tcp 8080 (default) → tcp 8080, period 5s → 10s, failureThreshold 3 → 5"}}},
 		{"a liveness check added", "    checks: {liveness: {exec: {command: [/bin/ok]}}}\n",
-			[]render.FieldChange{{Field: "checks", Class: render.ChangeLive, Detail: "checks: +liveness: exec /bin/ok"}}},
+			[]render.FieldChange{{Field: "checks", Class: render.ChangeRestart, Detail: "checks: +liveness: exec /bin/ok"}}},
 		{"a longer grace period", "    terminationGracePeriod: 1m\n",
 			[]render.FieldChange{{Field: "terminationGracePeriod", Class: render.ChangeLive, Detail: "terminationGracePeriod: 10s → 1m0s"}}},
 	} {
@@ -596,16 +598,24 @@ func TestChecksChangeIsLive(t *testing.T) {
 			corpusEqual(t, "CompareSpecs", changes, tc.want)
 			wantClass := render.ChangeClass("")
 			if tc.want != nil {
-				wantClass = render.ChangeLive
+				wantClass = tc.want[0].Class
 			}
 			corpusEqual(t, "ClassifyHashChange", render.ClassifyHashChange(baseHash, hash), wantClass)
-			if tc.want != nil && hash[:32] != baseHash[:32] {
-				t.Errorf("hash %s → %s: a live change touches the last part only", baseHash, hash)
+			if tc.want != nil && hash[:16] != baseHash[:16] {
+				t.Errorf("hash %s → %s: the replace part changed", baseHash, hash)
 			}
 		})
+	}
+	// The default readiness check follows the Service's port, live.
+	def := *baseSpec.Checks.Readiness
+	moved := baseSpec
+	moved.Checks.Readiness = &render.Check{TCP: &render.TCPCheck{Port: 9090}, Period: def.Period, Timeout: def.Timeout,
+		SuccessThreshold: def.SuccessThreshold, FailureThreshold: def.FailureThreshold, Default: true}
+	if c := render.ClassifyHashChange(render.SpecHash(baseSpec), render.SpecHash(moved)); c != render.ChangeLive {
+		t.Errorf("the default readiness check on another port: a %q change, want live", c)
 	}
 	// And the other way: a check removed.
 	_, withLiveness := hashOf("    checks: {liveness: {tcp: {port: 9}}, startup: {tcp: {}}}\n")
 	got := render.CompareSpecs(withLiveness, baseSpec)
-	corpusEqual(t, "CompareSpecs", got, []render.FieldChange{{Field: "checks", Class: render.ChangeLive, Detail: "checks: -startup; -liveness"}})
+	corpusEqual(t, "CompareSpecs", got, []render.FieldChange{{Field: "checks", Class: render.ChangeRestart, Detail: "checks: -startup; -liveness"}})
 }

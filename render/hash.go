@@ -58,13 +58,21 @@ type replacePart struct {
 type restartPart struct {
 	Command []string          `json:"command"`
 	Env     map[string]string `json:"env"`
+	// Checks are those the spec writes (the default readiness check
+	// left out): a change of them rolls out, paced, so that a broken
+	// check stops the rollout after one replica rather than turning
+	// every replica unready at once. Left out when there are none, so
+	// that a spec without them hashes as it did before checks existed.
+	Checks Checks `json:"checks,omitzero"`
 }
 
 type livePart struct {
 	Resources     Resources `json:"resources"`
 	RestartPolicy string    `json:"restartPolicy"`
 	// Left out when zero, so that a spec built without them (by a test,
-	// say) hashes as it did before they existed.
+	// say) hashes as it did before they existed. The checks are all of
+	// them here: the default readiness check follows the Service's port
+	// live.
 	Checks                 Checks   `json:"checks,omitzero"`
 	TerminationGracePeriod Duration `json:"terminationGracePeriod,omitzero"`
 }
@@ -84,13 +92,21 @@ func hashedChecks(c Checks) Checks {
 	return Checks{Startup: plain(c.Startup), Readiness: plain(c.Readiness), Liveness: plain(c.Liveness)}
 }
 
+// writtenChecks is c without the default readiness check render adds.
+func writtenChecks(c Checks) Checks {
+	if c.Readiness != nil && c.Readiness.Default {
+		c.Readiness = nil
+	}
+	return c
+}
+
 func parts(s JailSpec) (any, any, any) {
 	addr := ""
 	if s.Network.Address.IsValid() {
 		addr = s.Network.Address.String()
 	}
 	return replacePart{Image: s.Image, VNet: s.Network.VNet, Bridge: s.Network.Bridge, Address: addr, Volumes: s.Volumes},
-		restartPart{Command: s.Command, Env: s.Env},
+		restartPart{Command: s.Command, Env: s.Env, Checks: writtenChecks(s.Checks)},
 		livePart{Resources: s.Resources, RestartPolicy: s.RestartPolicy, Checks: hashedChecks(s.Checks), TerminationGracePeriod: s.TerminationGracePeriod}
 }
 
@@ -108,8 +124,9 @@ func partHash(v any) string {
 
 // SpecHash returns the stable hash of a rendered spec: 48 hex digits, the
 // first 16 covering what a replace changes (image, network, volumes), the
-// next 16 what a restart changes (command, env), the last 16 what is applied
-// live (resources, restartPolicy, checks, terminationGracePeriod).
+// next 16 what a restart changes (command, env, the checks written), the
+// last 16 what is applied live (resources, restartPolicy, checks,
+// terminationGracePeriod).
 func SpecHash(s JailSpec) string {
 	a, b, c := parts(s)
 	return partHash(a) + partHash(b) + partHash(c)
@@ -159,7 +176,11 @@ func CompareSpecs(from, to JailSpec) []FieldChange {
 		return strings.Join(parts, ", ")
 	})
 	add(from.RestartPolicy != to.RestartPolicy, "restartPolicy", ChangeLive, arrow(from.RestartPolicy, to.RestartPolicy))
-	add(!reflect.DeepEqual(hashedChecks(from.Checks), hashedChecks(to.Checks)), "checks", ChangeLive, func() string { return checksDiff(from.Checks, to.Checks) })
+	checksClass := ChangeLive // the default readiness check follows the port
+	if !reflect.DeepEqual(writtenChecks(from.Checks), writtenChecks(to.Checks)) {
+		checksClass = ChangeRestart
+	}
+	add(!reflect.DeepEqual(hashedChecks(from.Checks), hashedChecks(to.Checks)), "checks", checksClass, func() string { return checksDiff(from.Checks, to.Checks) })
 	add(from.TerminationGracePeriod != to.TerminationGracePeriod, "terminationGracePeriod", ChangeLive, arrow(durationText(from.TerminationGracePeriod), durationText(to.TerminationGracePeriod)))
 	return out
 }
