@@ -145,7 +145,7 @@ func TestZeroDowntime(t *testing.T) {
 	t.Run("4 never ready, paused, reverted", func(t *testing.T) {
 		z := z.with(t)
 		// The application's own health endpoint as the readiness check,
-		// and a short progressDeadline: a live change, nothing restarts.
+		// and a short progressDeadline: a change of checks, rolled out.
 		good := z.current
 		good.replicas = 3
 		good.readiness = "{http: {path: /healthz}}"
