@@ -447,7 +447,6 @@ func TestSetResets(t *testing.T) {
 	}
 	g.open()
 	waitFor(t, p, "web", "the new check passing", func(s Status) bool { return s.Ready && s.Failure == "" })
-	tg = next
 	if err := p.Set(nil); err != nil {
 		t.Fatal(err)
 	}
