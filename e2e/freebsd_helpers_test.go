@@ -430,7 +430,8 @@ func jailProblems(host *fbsdsim.State, inst render.Instance, ri report.Instance,
 }
 
 // fbsdWeb is a stateless Service on the freebsd driver: vnet jails whose
-// workload is a real sleep.
+// workload is a real sleep. A sleep listens on no port, so its readiness
+// is an exec check run in the jail (jexec), which passes.
 func fbsdWeb(replicas int, image string) string {
 	return fmt.Sprintf(`apiVersion: keel/v1
 kind: Service
@@ -442,6 +443,8 @@ spec:
   template:
     image: %s
     command: [/bin/sleep, "100000"]
+    checks:
+      readiness: {exec: {command: [/bin/sleep, "0"]}}
     network: {vnet: true}
     resources: {cpu: 100m, memory: 64M}
 `, replicas, image)
@@ -459,6 +462,8 @@ spec:
   template:
     image: base/demo
     command: [/bin/sleep, "100000"]
+    checks:
+      readiness: {exec: {command: [/bin/sleep, "0"]}}
     network: {vnet: true}
     resources: {cpu: 100m, memory: 64M}
     volumes:
