@@ -59,7 +59,7 @@ func Run(ctx context.Context, cmd *exec.Cmd, maxOutput int) (code int, output []
 	}
 	pid := cmd.Process.Pid
 	exited := make(chan error, 1)
-	go func() { exited <- waitExited(pid) }()
+	go func() { exited <- WaitExited(pid) }()
 	var ctxErr error
 	var werr error
 	select {

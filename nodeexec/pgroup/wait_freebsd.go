@@ -8,10 +8,10 @@ const supported = true
 
 const pPID = 0 // idtype_t P_PID (sys/wait.h)
 
-// waitExited blocks until the child pid has exited, without reaping it:
+// WaitExited blocks until the child pid has exited, without reaping it:
 // its zombie keeps the PID, and so its group's number, reserved. It is
 // what os.Process does on FreeBSD (os/wait6_freebsd64.go).
-func waitExited(pid int) error {
+func WaitExited(pid int) error {
 	for {
 		_, _, errno := syscall.Syscall6(syscall.SYS_WAIT6, pPID, uintptr(pid), 0, syscall.WEXITED|syscall.WNOWAIT, 0, 0)
 		switch errno {

@@ -11,9 +11,9 @@ const supported = true
 
 const pPID = 1 // idtype_t P_PID
 
-// waitExited blocks until the child pid has exited, without reaping it:
+// WaitExited blocks until the child pid has exited, without reaping it:
 // its zombie keeps the PID, and so its group's number, reserved.
-func waitExited(pid int) error {
+func WaitExited(pid int) error {
 	var info [128]byte // siginfo_t; not needed, but the kernel writes it
 	for {
 		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),

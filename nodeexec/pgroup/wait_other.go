@@ -7,4 +7,4 @@ import "errors"
 // supported is false: Run needs to wait for a child without reaping it.
 const supported = false
 
-func waitExited(pid int) error { return errors.ErrUnsupported }
+func WaitExited(pid int) error { return errors.ErrUnsupported }

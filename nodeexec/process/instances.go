@@ -18,6 +18,7 @@ import (
 
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/logfile"
+	"github.com/keel-dev/keel/nodeexec/pgroup"
 	"github.com/keel-dev/keel/render"
 )
 
@@ -387,7 +388,7 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 // instance is its group, as a container's processes end with its init),
 // reaps it and records its exit.
 func (d *Driver) reap(name string, c *child) {
-	if err := waitExited(c.proc.PID); err == nil {
+	if err := pgroup.WaitExited(c.proc.PID); err == nil {
 		_ = c.signal(syscall.SIGKILL)
 		c.sigMu.Lock()
 		_ = c.cmd.Wait() // returns at once; the status is in ProcessState
