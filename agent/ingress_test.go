@@ -31,6 +31,7 @@ import (
 	"github.com/keel-dev/keel/internal/pebble/pebbletest"
 	"github.com/keel-dev/keel/nodeexec/fake"
 	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/providers"
 	"github.com/keel-dev/keel/providers/certshare"
 	"github.com/keel-dev/keel/providers/providertest"
 	"github.com/keel-dev/keel/render"
@@ -298,7 +299,7 @@ func (c *ingCluster) serial(n ingNode) (string, error) {
 		return "", err
 	}
 	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Text(16), nil
+	return providers.Serial(conn.ConnectionState().PeerCertificates[0]), nil
 }
 
 // rawSerial is the serial node presents for ingHost, whoever issued it.
@@ -310,7 +311,7 @@ func (c *ingCluster) rawSerial(n ingNode) (string, error) {
 		return "", err
 	}
 	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0].SerialNumber.Text(16), nil
+	return providers.Serial(conn.ConnectionState().PeerCertificates[0]), nil
 }
 
 // waitServed waits until every node of ns serves one Pebble certificate

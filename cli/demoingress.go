@@ -17,6 +17,7 @@ import (
 	"github.com/keel-dev/keel/internal/pebble"
 	"github.com/keel-dev/keel/localcluster"
 	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/providers"
 )
 
 // demoACME is the demo's certificate authority: a Pebble on 127.0.0.1,
@@ -137,7 +138,7 @@ func (d *demoACME) get(ctx context.Context, ip string) (string, error) {
 	if res.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("%s answered %s", ip, res.Status)
 	}
-	return res.TLS.PeerCertificates[0].SerialNumber.Text(16), nil
+	return providers.Serial(res.TLS.PeerCertificates[0]), nil
 }
 
 // printDemoIngress shows how to reach the Ingress on every node, and how

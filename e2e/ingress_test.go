@@ -27,6 +27,7 @@ import (
 	"github.com/keel-dev/keel/internal/pebble/pebbletest"
 	"github.com/keel-dev/keel/localcluster"
 	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/providers"
 	"github.com/keel-dev/keel/providers/certshare"
 	"github.com/keel-dev/keel/report"
 	"github.com/keel-dev/keel/sync"
@@ -341,7 +342,7 @@ func httpsGet(ctx context.Context, ip string, port int, roots *x509.CertPool) (s
 	if res.StatusCode != http.StatusOK {
 		return "", "", fmt.Errorf("%s: %s", res.Status, b)
 	}
-	return res.TLS.PeerCertificates[0].SerialNumber.Text(16), string(b), nil
+	return providers.Serial(res.TLS.PeerCertificates[0]), string(b), nil
 }
 
 // checkRedirect checks that plain HTTP is redirected to HTTPS.

@@ -59,8 +59,15 @@ func ParseBundle(host string, chainPEM, keyPEM []byte) (*Bundle, error) {
 	return &Bundle{
 		Host: host, ChainPEM: bytes.Clone(chainPEM), KeyPEM: bytes.Clone(keyPEM),
 		NotBefore: leaf.NotBefore.UTC(), NotAfter: leaf.NotAfter.UTC(),
-		Serial: hex.EncodeToString(leaf.SerialNumber.Bytes()), Issuer: leaf.Issuer.CommonName,
+		Serial: Serial(leaf), Issuer: leaf.Issuer.CommonName,
 	}, nil
+}
+
+// Serial is how Keel writes a certificate's serial number everywhere
+// (reports, logs, keel status): lower-case hex of its bytes, leading zero
+// kept, as openssl x509 -serial prints it but in lower case.
+func Serial(c *x509.Certificate) string {
+	return hex.EncodeToString(c.SerialNumber.Bytes())
 }
 
 // TLSCertificate returns the bundle as a tls.Certificate with its Leaf
