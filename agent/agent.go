@@ -735,6 +735,7 @@ func (a *Agent) reportTime(now time.Time) time.Time {
 // pass plans with the freshest knowledge and reconciles.
 func (a *Agent) pass(ctx context.Context) {
 	a.health.lastPass.Store(time.Now().UnixNano())
+	defer func(start time.Time) { a.log.Debug("pass", "took", time.Since(start)) }(time.Now())
 	defer a.updateForge()
 	if a.applied == nil {
 		// Nothing applied yet: nothing to run, but a refusal is news.
@@ -986,10 +987,15 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	// node's run being current at its peers (pushed only every
 	// reportInterval, a node starved around the TTL had one instance
 	// started twice for one death: e2e TestStarvedAgentMovesNothingBack).
+	// But a pass whose report says nothing new pushes only once
+	// heartbeatGap has passed since the last push: during a rollout a
+	// peer's news starts passes in bursts, and each push of an unchanged
+	// report only makes every peer fetch, on the same CPUs and git server
+	// the rollout's own pushes and fetches wait for.
 	content := report.ContentDigest(r)
 	interval := a.heartbeatInterval()
 	due := now.Sub(a.lastPublish.at) >= interval
-	if content == a.lastPublish.content && !due && a.ring.on() {
+	if content == a.lastPublish.content && !due && (a.ring.on() || now.Sub(a.lastPublish.at) < heartbeatGap(interval)) {
 		a.heldSince = time.Time{}
 		return
 	}
@@ -1012,6 +1018,13 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	}
 	a.pub.publish(publication{report: r, builtAt: now, prefix: prefix, reportRepo: a.cluster.ReportRepo, interval: interval,
 		ttl: time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL))})
+}
+
+// heartbeatGap is, without a ring, the least time between two pushes of
+// an unchanged report: a quarter of the report interval, at most a
+// second (the reconcile interval's order, at which passes pushed before).
+func heartbeatGap(interval time.Duration) time.Duration {
+	return min(interval/4, time.Second)
 }
 
 // noticeSpacing is the least time between two fetches the ring's news

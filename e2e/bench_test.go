@@ -42,10 +42,21 @@ func benchPushToConverged(b *testing.B, args []string) {
 	push := func() {
 		n := len(took) + 1
 		c.prepare(fmt.Sprintf("push %d", n), "apps/web.yaml", webService(3, "base/demo", fmt.Sprintf("v%d", n)))
+		// The tip and the model to converge to are the work tree's, known
+		// before the push: the poll below asks only the agents.
+		out, err := exec.Command("git", "-C", c.Work, "rev-parse", "HEAD").Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		tip := strings.TrimSpace(string(out))
+		m, err := c.Model()
+		if err != nil {
+			b.Fatal(err)
+		}
 		start := time.Now()
 		c.push()
 		for {
-			if ok, _ := c.Converged(c.ctx); ok {
+			if ok, _ := c.ConvergedTo(c.ctx, tip, m); ok {
 				break
 			}
 			if c.ctx.Err() != nil {

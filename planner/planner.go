@@ -985,12 +985,16 @@ func members(svc *render.Service) []string {
 // available reports whether an instance as its node reports it counts as
 // available: ready, and for minReady at least at the cluster time. (An
 // older agent's report, without readiness, counts a running instance as
-// ready since ever.)
+// ready since ever.) Without minReady, ready is enough: an agent plans at
+// the time of its last fetch, and its own instance that turned ready
+// since must count at once, so that the pass that sees it ready also
+// releases the next replica and drops it from this node's proxies (the
+// report saying ready then also acknowledges that drain).
 func (p *planner) available(ri *report.Instance, minReady time.Duration) bool {
 	if ri == nil || !ri.IsReady() {
 		return false
 	}
-	return ri.ReadySince.IsZero() || !p.plan.ClusterTime.Before(ri.ReadySince.Add(minReady))
+	return minReady <= 0 || ri.ReadySince.IsZero() || !p.plan.ClusterTime.Before(ri.ReadySince.Add(minReady))
 }
 
 // surging decides, before placement, which Services run their surge

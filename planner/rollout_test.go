@@ -160,6 +160,23 @@ func TestMinReadySeconds(t *testing.T) {
 	}
 }
 
+// TestReadyAfterClusterTimeCounts: an agent plans at the time of its last
+// fetch, and its own replica may have turned ready after that. Without
+// minReadySeconds the replica counts as available at once, so the pass
+// that sees it ready releases the next one (and the report that says it
+// is ready already shows that node's proxies without the next).
+func TestReadyAfterClusterTimeCounts(t *testing.T) {
+	justReady := replica{state: report.StateRunning, ready: yes, readySince: secs(2), specSince: secs(1)}
+	m, rs := rolloutWorld(t, 3, render.Strategy{MaxUnavailable: 1}, map[int]replica{0: justReady, 1: running(true, yes), 2: running(true, yes)})
+	if got := released(plan(m, rs...)); !slices.Equal(got, []string{"web-1"}) {
+		t.Fatalf("released %v with web-0 ready after the cluster time, want web-1", got)
+	}
+	m, rs = rolloutWorld(t, 3, render.Strategy{MaxUnavailable: 1, MinReadySeconds: 1}, map[int]replica{0: justReady, 1: running(true, yes), 2: running(true, yes)})
+	if got := released(plan(m, rs...)); len(got) != 0 {
+		t.Fatalf("released %v with minReadySeconds 1 and web-0 ready after the cluster time", got)
+	}
+}
+
 func TestProgressDeadline(t *testing.T) {
 	broken := func(startedAgo time.Duration) replica {
 		return replica{state: report.StateRunning, ready: no, specSince: t0.Add(-startedAgo)}

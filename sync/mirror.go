@@ -118,6 +118,10 @@ type Mirror struct {
 	// size is the mirror's size on disk after the last fetch or
 	// publication; baseline its size when it was made or last compacted.
 	size, baseline int64
+	// walkedAt is writes at the last walk of the mirror (measure), and
+	// packs the files of objects/pack counted in size since.
+	walkedAt int
+	packs    map[string]bool
 	// skipped are the refs the last fetch left out (fetchAround).
 	skipped map[plumbing.ReferenceName]SkippedRef
 	// failedCompactions counts the compactions that failed in a row; the
@@ -218,7 +222,8 @@ func finishCompaction(dir string) error {
 // files, each rounded up to a 4 KiB block (a loose object of 100 bytes
 // takes one). A file it cannot stat counts nothing.
 func (m *Mirror) measure() {
-	m.size = dirSize(m.dir)
+	m.size, m.walkedAt, m.packs = dirSize(m.dir), m.writes, nil
+	m.newPacks()
 }
 
 func dirSize(dir string) int64 {
@@ -337,10 +342,48 @@ func (m *Mirror) Fetch(ctx context.Context) (Refs, error) {
 	return m.Refs()
 }
 
-// fetched counts a fetch or a publication, and measures the mirror.
+// walkEvery is how many fetches and publications go between two walks of
+// the whole mirror (measure); in between, fetched adds the packs that
+// appeared.
+const walkEvery = 50
+
+// fetched counts a fetch or a publication, and measures the mirror: the
+// packs new in objects/pack are added to its size (a fetch writes its
+// objects as one pack, of up to MaxPackSize), and the whole directory is
+// walked again every walkEvery writes, which counts the rest (the loose
+// objects of publications, a few KiB each). Walking it at every write
+// cost more than the fetch itself once a few hundred packs and loose
+// objects were there, on the path of every fetch and push.
 func (m *Mirror) fetched() {
 	m.writes++
-	m.measure()
+	if m.writes-m.walkedAt >= walkEvery {
+		m.measure()
+		return
+	}
+	m.size += m.newPacks()
+}
+
+// newPacks returns the size on disk of the files of objects/pack not seen
+// at the last measure or call, and notes them.
+func (m *Mirror) newPacks() int64 {
+	entries, err := os.ReadDir(filepath.Join(m.dir, "objects", "pack"))
+	if err != nil {
+		return 0
+	}
+	if m.packs == nil {
+		m.packs = map[string]bool{}
+	}
+	var added int64
+	for _, e := range entries {
+		if m.packs[e.Name()] {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			added += (info.Size() + 4095) &^ 4095
+			m.packs[e.Name()] = true
+		}
+	}
+	return added
 }
 
 // notOurRefTries bounds the fetches of one Fetch that meet a ref moved
@@ -830,7 +873,7 @@ func (m *Mirror) Prune() error {
 		return fmt.Errorf("prune %s: %w", m.dir, err)
 	}
 	m.measure()
-	m.writes, m.baseline = 0, m.size
+	m.writes, m.walkedAt, m.baseline = 0, 0, m.size
 	return writeBaseline(m.dir, m.baseline)
 }
 
