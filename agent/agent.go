@@ -175,6 +175,10 @@ type Agent struct {
 	// logged.
 	paused string
 	// peerSeen is each peer's report as last fetched (peersNews).
+	// peersDirty says the peers' reports changed since savePeers last
+	// wrote them, at peersSavedAt (real time).
+	peersDirty   bool
+	peersSavedAt time.Time
 	peerSeen     map[string]peerSeen
 	servicesSeen map[string]bool
 	// proxied is what the service proxies were last set to, for the report.
@@ -419,6 +423,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			a.log.Info("agent stopping; instances keep running")
+			a.peersSavedAt = time.Time{}
+			a.savePeersLater() // the newest, for a restart while git is unreachable
 			return nil
 		case <-poll.C:
 			a.git.fetch()
@@ -525,9 +531,8 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		for _, p := range res.problems {
 			a.log.Debug("report ignored", "problem", p)
 		}
-		if err := a.savePeers(); err != nil {
-			a.log.Warn("saving the peers' reports", "err", err)
-		}
+		a.peersDirty = true
+		a.savePeersLater()
 	}
 	if res.certsRead && a.ing != nil {
 		a.ing.takeShared(res.certs, res.certRefs, res.startedAt, res.certProblems)
@@ -736,6 +741,7 @@ func (a *Agent) reportTime(now time.Time) time.Time {
 func (a *Agent) pass(ctx context.Context) {
 	a.health.lastPass.Store(time.Now().UnixNano())
 	defer func(start time.Time) { a.log.Debug("pass", "took", time.Since(start)) }(time.Now())
+	defer a.savePeersLater()
 	defer a.updateForge()
 	if a.applied == nil {
 		// Nothing applied yet: nothing to run, but a refusal is news.
@@ -1262,6 +1268,25 @@ const peersFile = "peers.json"
 type savedPeers struct {
 	FetchedAt time.Time       `json:"fetchedAt"`
 	Reports   []report.Report `json:"reports"`
+}
+
+// peersSaveGap is the least time between two writes of the peers' reports
+// to the state directory: the copy serves only an agent restarted while
+// git is unreachable, and a write (two fsyncs) on the loop at every fetch
+// that brought a report slowed every step of a rollout.
+const peersSaveGap = time.Second
+
+// savePeersLater writes the peers' reports when they changed since the
+// last write and that was peersSaveGap ago; each pass calls it again, so
+// the last change is written within a reconcile interval.
+func (a *Agent) savePeersLater() {
+	if !a.peersDirty || time.Since(a.peersSavedAt) < peersSaveGap {
+		return
+	}
+	a.peersDirty, a.peersSavedAt = false, time.Now()
+	if err := a.savePeers(); err != nil {
+		a.log.Warn("saving the peers' reports", "err", err)
+	}
 }
 
 func (a *Agent) savePeers() error {

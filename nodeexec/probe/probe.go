@@ -39,7 +39,7 @@ const (
 	// FirstInterval is when a check first runs, after its target was set;
 	// until the check first passes, the interval doubles after each run,
 	// up to the check's period.
-	FirstInterval = 20 * time.Millisecond
+	FirstInterval = 5 * time.Millisecond
 	// MaxFailure bounds Status.Failure, in bytes.
 	MaxFailure = 512
 )
