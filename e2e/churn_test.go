@@ -33,6 +33,22 @@ func TestPinMoveWhileOldNodeDown(t *testing.T) {
 	if pin := c.model().Lock.Pins["store"]; pin != "n2" {
 		t.Fatalf("store pinned to %q", pin)
 	}
+	// The others know store runs on n2 only from n2's report: wait until
+	// it is in git. (Killed before, n2 would be a node that never said
+	// what it runs, presumed alive during the warm-up: nothing could tell
+	// n3 that store runs there.)
+	c.waitFor("n2 reports store running", func() (bool, string) {
+		pub, err := c.published()
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, in := range pub["n2"].Instances {
+			if in.Name == "store" && in.State == report.StateRunning {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("n2 reports %+v", pub["n2"].Instances)
+	})
 
 	c.killAgent("n2") // store keeps running on n2
 	// keel lock never changes a pin: the operator edits it by hand.
