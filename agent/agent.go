@@ -158,6 +158,11 @@ type Agent struct {
 	inFlight  int
 	heldSince time.Time
 	settle    *time.Timer
+	// drainFetch fetches sooner than the poll while an instance waits for
+	// the other nodes' proxies to drop it (drainFetchEvery); drainPending
+	// says it is set.
+	drainFetch   *time.Timer
+	drainPending bool
 	gitOK     bool
 	gitErr    string
 	cluster   render.Cluster
@@ -415,6 +420,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.settle = time.NewTimer(time.Hour)
 	a.settle.Stop()
 	defer a.settle.Stop()
+	a.drainFetch = time.NewTimer(time.Hour)
+	a.drainFetch.Stop()
+	defer a.drainFetch.Stop()
 	reconcile := time.NewTimer(0)
 	defer reconcile.Stop()
 	a.git.fetch()
@@ -485,6 +493,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			reconcile.Reset(a.opts.Reconcile)
 		case <-a.settle.C:
 			a.publish(ctx, a.opts.Now())
+		case <-a.drainFetch.C:
+			a.drainPending = false
+			a.git.fetch()
 		case <-certChanged:
 			// A certificate obtained here: say so at once.
 			a.publish(ctx, a.opts.Now())
@@ -819,6 +830,13 @@ func (a *Agent) pass(ctx context.Context) {
 	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
 	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
 	a.metrics.InstancesDraining.Set(float64(len(res.Draining)))
+	if len(res.Draining) > 0 && !a.drainPending && a.drainFetch != nil {
+		// The other nodes' acknowledgements come in their reports: look
+		// for them sooner than the next poll (with only polls to learn of
+		// pushes, each step of a rollout would wait for two).
+		a.drainPending = true
+		a.drainFetch.Reset(drainFetchEvery(a.pollInterval()))
+	}
 	a.metrics.InstanceOperations.Set(float64(res.InFlight))
 	a.inFlight = res.InFlight + warming
 	if w := waitingText(res.Waiting); w != a.waiting {
@@ -1024,6 +1042,14 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	}
 	a.pub.publish(publication{report: r, builtAt: now, prefix: prefix, reportRepo: a.cluster.ReportRepo, interval: interval,
 		ttl: time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL))})
+}
+
+// drainFetchEvery is how soon the agent fetches again while an instance
+// of its waits for the other nodes' proxies to drop it: a quarter of the
+// poll interval, between 200 ms and 2 s (with the default 10 s poll, at
+// most five fetches in a drain's 10 s bound).
+func drainFetchEvery(poll time.Duration) time.Duration {
+	return min(max(poll/4, 200*time.Millisecond), 2*time.Second)
 }
 
 // heartbeatGap is, without a ring, the least time between two pushes of

@@ -1,12 +1,14 @@
 package nodeexec
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	gosync "sync"
@@ -115,6 +117,7 @@ type Reconciler struct {
 	unwell  map[string]unwell     // instances whose liveness (or startup) check failed
 	folded  Result                // what was folded since the last Pass returned
 	unsaved bool                  // an outcome was folded since the state was saved
+	saved   []byte                // the state as last written
 	closed  bool
 
 	ctx    context.Context // the operations'; Close cancels it
@@ -219,9 +222,18 @@ func (r *Reconciler) Pass(ctx context.Context, d Desired) (Result, error) {
 	return res, r.save()
 }
 
+// save writes the state when it differs from what was last written: a
+// pass that changed nothing (most of them) costs no write and no fsync.
 func (r *Reconciler) save() error {
-	if err := r.state.Save(r.cfg.StateDir); err != nil {
+	data, err := r.state.marshal()
+	if err != nil {
 		return fmt.Errorf("save state: %w", err)
+	}
+	if !bytes.Equal(data, r.saved) {
+		if err := WriteFileAtomic(filepath.Join(r.cfg.StateDir, stateFile), data, 0o600); err != nil {
+			return fmt.Errorf("save state: %w", err)
+		}
+		r.saved = data
 	}
 	r.unsaved = false
 	return nil

@@ -94,12 +94,14 @@ func LoadState(dir string) (*State, error) {
 // or the new file: write a temporary file, fsync it, rename it over the old
 // one, fsync the directory.
 func (s *State) Save(dir string) error {
-	data, err := json.MarshalIndent(s, "", "  ")
+	data, err := s.marshal()
 	if err != nil {
 		return err
 	}
 	return WriteFileAtomic(filepath.Join(dir, stateFile), data, 0o600)
 }
+
+func (s *State) marshal() ([]byte, error) { return json.MarshalIndent(s, "", "  ") }
 
 // WriteFileAtomic replaces path with data, durably.
 func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
