@@ -830,12 +830,18 @@ func (a *Agent) pass(ctx context.Context) {
 	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
 	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
 	a.metrics.InstancesDraining.Set(float64(len(res.Draining)))
-	if len(res.Draining) > 0 && !a.drainPending && a.drainFetch != nil {
+	switch {
+	case a.drainFetch == nil:
+	case len(res.Draining) > 0 && !a.drainPending:
 		// The other nodes' acknowledgements come in their reports: look
 		// for them sooner than the next poll (with only polls to learn of
 		// pushes, each step of a rollout would wait for two).
 		a.drainPending = true
 		a.drainFetch.Reset(drainFetchEvery(a.pollInterval()))
+	case len(res.Draining) == 0 && a.drainPending:
+		// Drained: a fetch now would only hold up the next one.
+		a.drainPending = false
+		a.drainFetch.Stop()
 	}
 	a.metrics.InstanceOperations.Set(float64(res.InFlight))
 	a.inFlight = res.InFlight + warming
