@@ -160,13 +160,15 @@ type Agent struct {
 	settle    *time.Timer
 	// drainFetch fetches sooner than the poll while an instance waits for
 	// the other nodes' proxies to drop it (drainFetchEvery); drainPending
-	// says it is set.
+	// says it is set, draining that the last pass left an instance
+	// draining.
 	drainFetch   *time.Timer
 	drainPending bool
-	gitOK     bool
-	gitErr    string
-	cluster   render.Cluster
-	restarted map[string]int
+	draining     bool
+	gitOK        bool
+	gitErr       string
+	cluster      render.Cluster
+	restarted    map[string]int
 	// waiting is what the last pass waited for (break before make), to log
 	// it when it changes rather than at every pass.
 	waiting string
@@ -181,11 +183,13 @@ type Agent struct {
 	paused string
 	// peerSeen is each peer's report as last fetched (peersNews).
 	// peersDirty says the peers' reports changed since savePeers last
-	// wrote them, at peersSavedAt (real time).
-	peersDirty   bool
-	peersSavedAt time.Time
-	peerSeen     map[string]peerSeen
-	servicesSeen map[string]bool
+	// wrote them, at peersSavedAt (real time), when the plan was
+	// peersSavedPlan.
+	peersDirty     bool
+	peersSavedAt   time.Time
+	peersSavedPlan string
+	peerSeen       map[string]peerSeen
+	servicesSeen   map[string]bool
 	// proxied is what the service proxies were last set to, for the report.
 	proxied []proxy.Service
 	// forgeWant is the statuses last handed to the forge worker;
@@ -494,8 +498,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-a.settle.C:
 			a.publish(ctx, a.opts.Now())
 		case <-a.drainFetch.C:
-			a.drainPending = false
 			a.git.fetch()
+			if a.draining && !a.ring.on() {
+				// A fetch that finds no acknowledgement starts no pass: look
+				// again after the same time, as long as the drain lasts.
+				a.drainFetch.Reset(drainFetchEvery(a.pollInterval()))
+			} else {
+				a.drainPending = false
+			}
 		case <-certChanged:
 			// A certificate obtained here: say so at once.
 			a.publish(ctx, a.opts.Now())
@@ -815,6 +825,15 @@ func (a *Agent) pass(ctx context.Context) {
 	if leaving {
 		netPlan = &planner.Plan{} // no VIPs, routes nor proxies on a node that left
 	}
+	if a.peersDirty && plan.PlanID != a.peersSavedPlan {
+		// The plan changed with these reports, and the pass may act on it
+		// (stop a stateful instance that moved, say): write the reports
+		// first, so that an agent killed now and restarted while git is
+		// unreachable plans from them, not from older ones that would
+		// give the instance back to it.
+		a.peersSavedAt = time.Time{}
+		a.savePeersLater()
+	}
 	a.network(ctx, m, netPlan)
 	if a.ing != nil {
 		a.ing.pub.setRepo(m.Cluster)
@@ -830,8 +849,11 @@ func (a *Agent) pass(ctx context.Context) {
 	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
 	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
 	a.metrics.InstancesDraining.Set(float64(len(res.Draining)))
+	a.draining = len(res.Draining) > 0
 	switch {
-	case a.drainFetch == nil:
+	case a.drainFetch == nil, a.ring.on():
+		// With a ring the acknowledging reports are announced, and their
+		// fetches spaced for the git server (noticeSpacing).
 	case len(res.Draining) > 0 && !a.drainPending:
 		// The other nodes' acknowledgements come in their reports: look
 		// for them sooner than the next poll (with only polls to learn of
@@ -1303,9 +1325,10 @@ type savedPeers struct {
 }
 
 // peersSaveGap is the least time between two writes of the peers' reports
-// to the state directory: the copy serves only an agent restarted while
-// git is unreachable, and a write (two fsyncs) on the loop at every fetch
-// that brought a report slowed every step of a rollout.
+// to the state directory while the plan stays the same: the copy serves
+// only an agent restarted while git is unreachable, and a write (two
+// fsyncs) on the loop at every fetch that brought a report slowed every
+// step of a rollout. A pass whose plan changed writes them before it acts.
 const peersSaveGap = time.Second
 
 // savePeersLater writes the peers' reports when they changed since the
@@ -1315,9 +1338,13 @@ func (a *Agent) savePeersLater() {
 	if !a.peersDirty || time.Since(a.peersSavedAt) < peersSaveGap {
 		return
 	}
-	a.peersDirty, a.peersSavedAt = false, time.Now()
 	if err := a.savePeers(); err != nil {
 		a.log.Warn("saving the peers' reports", "err", err)
+		return
+	}
+	a.peersDirty, a.peersSavedAt = false, time.Now()
+	if a.plan != nil {
+		a.peersSavedPlan = a.plan.PlanID
 	}
 }
 
