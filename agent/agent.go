@@ -161,7 +161,7 @@ type Agent struct {
 	// drainFetch fetches sooner than the poll while an instance waits for
 	// the other nodes' proxies to drop it (drainFetchEvery); drainPending
 	// says it is set, draining that the last pass left an instance
-	// draining.
+	// draining (without a ring).
 	drainFetch   *time.Timer
 	drainPending bool
 	draining     bool
@@ -435,8 +435,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			a.log.Info("agent stopping; instances keep running")
-			a.peersSavedAt = time.Time{}
-			a.savePeersLater() // the newest, for a restart while git is unreachable
+			a.savePeersLater(true) // the newest, for a restart while git is unreachable
 			return nil
 		case <-poll.C:
 			a.git.fetch()
@@ -498,14 +497,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-a.settle.C:
 			a.publish(ctx, a.opts.Now())
 		case <-a.drainFetch.C:
-			a.git.fetch()
-			if a.draining && !a.ring.on() {
-				// A fetch that finds no acknowledgement starts no pass: look
-				// again after the same time, as long as the drain lasts.
-				a.drainFetch.Reset(drainFetchEvery(a.pollInterval()))
-			} else {
+			// A fetch that finds no acknowledgement starts no pass: look
+			// again after the same time, as long as the drain lasts.
+			if !a.draining {
 				a.drainPending = false
+				break
 			}
+			a.git.fetch()
+			a.drainFetch.Reset(drainFetchEvery(a.pollInterval()))
 		case <-certChanged:
 			// A certificate obtained here: say so at once.
 			a.publish(ctx, a.opts.Now())
@@ -553,7 +552,7 @@ func (a *Agent) onFetch(res fetchResult) bool {
 			a.log.Debug("report ignored", "problem", p)
 		}
 		a.peersDirty = true
-		a.savePeersLater()
+		a.savePeersLater(false)
 	}
 	if res.certsRead && a.ing != nil {
 		a.ing.takeShared(res.certs, res.certRefs, res.startedAt, res.certProblems)
@@ -762,7 +761,7 @@ func (a *Agent) reportTime(now time.Time) time.Time {
 func (a *Agent) pass(ctx context.Context) {
 	a.health.lastPass.Store(time.Now().UnixNano())
 	defer func(start time.Time) { a.log.Debug("pass", "took", time.Since(start)) }(time.Now())
-	defer a.savePeersLater()
+	defer a.savePeersLater(false)
 	defer a.updateForge()
 	if a.applied == nil {
 		// Nothing applied yet: nothing to run, but a refusal is news.
@@ -831,8 +830,7 @@ func (a *Agent) pass(ctx context.Context) {
 		// first, so that an agent killed now and restarted while git is
 		// unreachable plans from them, not from older ones that would
 		// give the instance back to it.
-		a.peersSavedAt = time.Time{}
-		a.savePeersLater()
+		a.savePeersLater(true)
 	}
 	a.network(ctx, m, netPlan)
 	if a.ing != nil {
@@ -849,21 +847,15 @@ func (a *Agent) pass(ctx context.Context) {
 	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
 	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
 	a.metrics.InstancesDraining.Set(float64(len(res.Draining)))
-	a.draining = len(res.Draining) > 0
-	switch {
-	case a.drainFetch == nil, a.ring.on():
-		// With a ring the acknowledging reports are announced, and their
-		// fetches spaced for the git server (noticeSpacing).
-	case len(res.Draining) > 0 && !a.drainPending:
-		// The other nodes' acknowledgements come in their reports: look
-		// for them sooner than the next poll (with only polls to learn of
-		// pushes, each step of a rollout would wait for two).
+	// The other nodes' acknowledgements come in their reports: without a
+	// ring, look for them sooner than the next poll (with only polls to
+	// learn of pushes, each step of a rollout would wait for two). With a
+	// ring they are announced, and their fetches spaced for the git server
+	// (noticeSpacing).
+	a.draining = len(res.Draining) > 0 && !a.ring.on()
+	if a.draining && !a.drainPending && a.drainFetch != nil {
 		a.drainPending = true
 		a.drainFetch.Reset(drainFetchEvery(a.pollInterval()))
-	case len(res.Draining) == 0 && a.drainPending:
-		// Drained: a fetch now would only hold up the next one.
-		a.drainPending = false
-		a.drainFetch.Stop()
 	}
 	a.metrics.InstanceOperations.Set(float64(res.InFlight))
 	a.inFlight = res.InFlight + warming
@@ -1332,10 +1324,11 @@ type savedPeers struct {
 const peersSaveGap = time.Second
 
 // savePeersLater writes the peers' reports when they changed since the
-// last write and that was peersSaveGap ago; each pass calls it again, so
-// the last change is written within a reconcile interval.
-func (a *Agent) savePeersLater() {
-	if !a.peersDirty || time.Since(a.peersSavedAt) < peersSaveGap {
+// last write and that was peersSaveGap ago (at once with now); each pass
+// calls it again, so the last change is written within a reconcile
+// interval.
+func (a *Agent) savePeersLater(now bool) {
+	if !a.peersDirty || !now && time.Since(a.peersSavedAt) < peersSaveGap {
 		return
 	}
 	if err := a.savePeers(); err != nil {

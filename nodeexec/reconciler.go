@@ -3,6 +3,7 @@ package nodeexec
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -222,10 +223,12 @@ func (r *Reconciler) Pass(ctx context.Context, d Desired) (Result, error) {
 	return res, r.save()
 }
 
-// save writes the state when it differs from what was last written: a
-// pass that changed nothing (most of them) costs no write and no fsync.
+// save writes the state when it differs from what was last written (a
+// pass that changed nothing, most of them, costs no write and no fsync),
+// so that a crash at any moment leaves either the old or the new file
+// (WriteFileAtomic).
 func (r *Reconciler) save() error {
-	data, err := r.state.marshal()
+	data, err := json.MarshalIndent(r.state, "", "  ")
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}

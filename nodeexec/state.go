@@ -90,19 +90,6 @@ func LoadState(dir string) (*State, error) {
 	return &s, nil
 }
 
-// Save writes the state so that a crash at any moment leaves either the old
-// or the new file: write a temporary file, fsync it, rename it over the old
-// one, fsync the directory.
-func (s *State) Save(dir string) error {
-	data, err := s.marshal()
-	if err != nil {
-		return err
-	}
-	return WriteFileAtomic(filepath.Join(dir, stateFile), data, 0o600)
-}
-
-func (s *State) marshal() ([]byte, error) { return json.MarshalIndent(s, "", "  ") }
-
 // WriteFileAtomic replaces path with data, durably.
 func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
 	dir := filepath.Dir(path)
