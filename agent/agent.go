@@ -183,13 +183,13 @@ type Agent struct {
 	paused string
 	// peerSeen is each peer's report as last fetched (peersNews).
 	// peersDirty says the peers' reports changed since savePeers last
-	// wrote them, at peersSavedAt (real time), when the plan was
-	// peersSavedPlan.
-	peersDirty     bool
-	peersSavedAt   time.Time
-	peersSavedPlan string
-	peerSeen       map[string]peerSeen
-	servicesSeen   map[string]bool
+	// wrote them, at peersSavedAt (real time); peersSavedPlaces is the
+	// PlacementID of the plan made from the reports written.
+	peersDirty       bool
+	peersSavedAt     time.Time
+	peersSavedPlaces string
+	peerSeen         map[string]peerSeen
+	servicesSeen     map[string]bool
 	// proxied is what the service proxies were last set to, for the report.
 	proxied []proxy.Service
 	// forgeWant is the statuses last handed to the forge worker;
@@ -435,7 +435,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			a.log.Info("agent stopping; instances keep running")
-			a.savePeersLater(true) // the newest, for a restart while git is unreachable
+			a.savePeersLater(true, "") // the newest, for a restart while git is unreachable
 			return nil
 		case <-poll.C:
 			a.git.fetch()
@@ -551,8 +551,7 @@ func (a *Agent) onFetch(res fetchResult) bool {
 		for _, p := range res.problems {
 			a.log.Debug("report ignored", "problem", p)
 		}
-		a.peersDirty = true
-		a.savePeersLater(false)
+		a.peersDirty = true // written by the pass that plans with them
 	}
 	if res.certsRead && a.ing != nil {
 		a.ing.takeShared(res.certs, res.certRefs, res.startedAt, res.certProblems)
@@ -761,7 +760,6 @@ func (a *Agent) reportTime(now time.Time) time.Time {
 func (a *Agent) pass(ctx context.Context) {
 	a.health.lastPass.Store(time.Now().UnixNano())
 	defer func(start time.Time) { a.log.Debug("pass", "took", time.Since(start)) }(time.Now())
-	defer a.savePeersLater(false)
 	defer a.updateForge()
 	if a.applied == nil {
 		// Nothing applied yet: nothing to run, but a refusal is news.
@@ -801,6 +799,9 @@ func (a *Agent) pass(ctx context.Context) {
 	plan := planner.Compute(planner.Input{Model: m, Commit: a.applied.commit, Reports: reports, Now: planAt,
 		PresumeAlive: a.warmingUp(m, planAt), Gossip: ring})
 	a.plan = plan
+	// Once the pass has acted (it is on the loop, but off the path from a
+	// fetch to the actions and the report).
+	defer a.savePeersLater(false, plan.PlacementID)
 	a.noteRing(plan, ring)
 	a.metrics.Plan.Reset()
 	a.metrics.Plan.WithLabelValues(plan.PlanID).Set(1)
@@ -824,13 +825,16 @@ func (a *Agent) pass(ctx context.Context) {
 	if leaving {
 		netPlan = &planner.Plan{} // no VIPs, routes nor proxies on a node that left
 	}
-	if a.peersDirty && plan.PlanID != a.peersSavedPlan {
-		// The plan changed with these reports, and the pass may act on it
-		// (stop a stateful instance that moved, say): write the reports
-		// first, so that an agent killed now and restarted while git is
+	if a.peersDirty && plan.PlacementID != a.peersSavedPlaces {
+		// These reports move work between nodes, and the pass may act on
+		// it (stop a stateful instance that moved, say): write them first,
+		// so that an agent killed now and restarted while git is
 		// unreachable plans from them, not from older ones that would
-		// give the instance back to it.
-		a.savePeersLater(true)
+		// give the instance back to it. A plan that moves nothing (a
+		// rollout's next release, a replica turned ready) is written
+		// after the pass, at most once a second: the saved reports place
+		// every instance where this pass does.
+		a.savePeersLater(true, plan.PlacementID)
 	}
 	a.network(ctx, m, netPlan)
 	if a.ing != nil {
@@ -1317,17 +1321,18 @@ type savedPeers struct {
 }
 
 // peersSaveGap is the least time between two writes of the peers' reports
-// to the state directory while the plan stays the same: the copy serves
-// only an agent restarted while git is unreachable, and a write (two
-// fsyncs) on the loop at every fetch that brought a report slowed every
-// step of a rollout. A pass whose plan changed writes them before it acts.
+// to the state directory while the placements stay the same: the copy
+// serves only an agent restarted while git is unreachable, and a write
+// (two fsyncs, which wait for the whole disk's journal) before each step
+// of a rollout on every node slowed every step. A pass whose placements
+// changed writes them before it acts.
 const peersSaveGap = time.Second
 
 // savePeersLater writes the peers' reports when they changed since the
-// last write and that was peersSaveGap ago (at once with now); each pass
-// calls it again, so the last change is written within a reconcile
-// interval.
-func (a *Agent) savePeersLater(now bool) {
+// last write and that was peersSaveGap ago (at once with now); places is
+// the PlacementID of the plan made from them. Each pass calls it again,
+// so the last change is written within a reconcile interval.
+func (a *Agent) savePeersLater(now bool, places string) {
 	if !a.peersDirty || !now && time.Since(a.peersSavedAt) < peersSaveGap {
 		return
 	}
@@ -1335,10 +1340,7 @@ func (a *Agent) savePeersLater(now bool) {
 		a.log.Warn("saving the peers' reports", "err", err)
 		return
 	}
-	a.peersDirty, a.peersSavedAt = false, time.Now()
-	if a.plan != nil {
-		a.peersSavedPlan = a.plan.PlanID
-	}
+	a.peersDirty, a.peersSavedAt, a.peersSavedPlaces = false, time.Now(), places
 }
 
 func (a *Agent) savePeers() error {

@@ -1272,13 +1272,14 @@ func (p *planner) finish() {
 	if p.plan.Warnings == nil {
 		p.plan.Warnings = []Warning{}
 	}
-	p.plan.PlanID = planID(p.plan)
+	p.plan.PlanID, p.plan.PlacementID = planID(p.plan)
 }
 
-// planID hashes the outputs that agents must agree on.
-func planID(plan *Plan) string {
+// planID hashes the outputs that agents must agree on, and (placement)
+// the part of them that places instances and ingresses on nodes.
+func planID(plan *Plan) (id, placement string) {
 	type placed struct{ I, N, A string }
-	id := struct {
+	all := struct {
 		Commit     string
 		Alive      []string
 		Placements []placed
@@ -1287,19 +1288,27 @@ func planID(plan *Plan) string {
 	}{Commit: plan.Commit}
 	for _, n := range plan.Nodes {
 		if n.Alive {
-			id.Alive = append(id.Alive, n.Name)
+			all.Alive = append(all.Alive, n.Name)
 		}
 	}
 	for _, pl := range plan.Placements {
-		id.Placements = append(id.Placements, placed{pl.Instance, pl.Node, pl.Address.String()})
+		all.Placements = append(all.Placements, placed{pl.Instance, pl.Node, pl.Address.String()})
 		if pl.Released {
-			id.Released = append(id.Released, pl.Instance)
+			all.Released = append(all.Released, pl.Instance)
 		}
 	}
 	for _, in := range plan.Ingresses {
-		id.Ingress = append(id.Ingress, [2]string{in.Name, in.Owner})
+		all.Ingress = append(all.Ingress, [2]string{in.Name, in.Owner})
 	}
-	b, _ := json.Marshal(id)
+	where := struct {
+		Placements []placed
+		Ingress    [][2]string
+	}{all.Placements, all.Ingress}
+	return digest(all), digest(where)
+}
+
+func digest(v any) string {
+	b, _ := json.Marshal(v)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
 }

@@ -1384,38 +1384,48 @@ func TestStep10PlanID(t *testing.T) {
 	}
 	for _, tc := range same {
 		t.Run("same ID: "+tc.name, func(t *testing.T) {
-			if got := Compute(tc.in); got.PlanID != base.PlanID {
-				t.Fatalf("plan ID changed: %s, want %s", got.PlanID, base.PlanID)
+			if got := Compute(tc.in); got.PlanID != base.PlanID || got.PlacementID != base.PlacementID {
+				t.Fatalf("plan ID changed: %s/%s, want %s/%s", got.PlanID, got.PlacementID, base.PlanID, base.PlacementID)
 			}
 		})
 	}
+	// moves says the placement ID changes too (an agent then saves the
+	// reports before it acts on the plan).
 	changed := []struct {
-		name string
-		in   Input
+		name  string
+		in    Input
+		moves bool
 	}{
-		{"another commit", Input{Model: m, Commit: "beef", Reports: reports, Now: t0}},
+		{"another commit", Input{Model: m, Commit: "beef", Reports: reports, Now: t0}, false},
 		{"a node dies and its work moves", Input{Model: m, Commit: commitC, Reports: func() []report.Report {
 			rs := slices.Clone(reports)
 			rs[0].Time = secs(-100) // a: web-0 and api-0 move, the ingress too
 			return rs
-		}(), Now: t0}},
+		}(), Now: t0}, true},
 		{"a sticky instance reports another address", Input{Model: m, Commit: commitC, Reports: func() []report.Report {
 			rs := slices.Clone(reports)
 			rs[0].Instances = slices.Clone(rs[0].Instances)
 			rs[0].Instances[1].Address = mustAddr("10.200.1.99") // api-0, which only a runs
 			return rs
-		}(), Now: t0}},
+		}(), Now: t0}, true},
 		{"the last replica of a Service reports running: its rollout proceeds", Input{Model: m, Commit: commitC, Reports: func() []report.Report {
 			rs := slices.Clone(reports)
-			rs[2].Instances = append(slices.Clone(rs[2].Instances), seen("api-2", report.StateRunning, "10.200.3.9", hashOf(t, m, "api-2")))
+			// On the node and at the address the plan gives it: nothing
+			// moves, the rollout's next replica is released.
+			pl := placementOf(base, "api-2")
+			i := slices.IndexFunc(rs, func(r report.Report) bool { return r.Node == pl.Node })
+			rs[i].Instances = append(slices.Clone(rs[i].Instances), seen("api-2", report.StateRunning, pl.Address.String(), hashOf(t, m, "api-2")))
 			return rs
-		}(), Now: t0}},
+		}(), Now: t0}, false},
 	}
 	for _, tc := range changed {
 		t.Run("new ID: "+tc.name, func(t *testing.T) {
 			got := Compute(tc.in)
 			if got.PlanID == base.PlanID {
 				t.Fatalf("plan ID unchanged")
+			}
+			if moved := got.PlacementID != base.PlacementID; moved != tc.moves {
+				t.Fatalf("placement ID changed: %v, want %v", moved, tc.moves)
 			}
 		})
 	}
@@ -1431,8 +1441,8 @@ func TestStep10PlanID(t *testing.T) {
 		if planIngress(with, "site").Owner != "a" || planIngress(without, "site").Owner != "c" {
 			t.Fatalf("owners %q and %q, want a then c", planIngress(with, "site").Owner, planIngress(without, "site").Owner)
 		}
-		if with.PlanID == without.PlanID {
-			t.Fatalf("plan ID unchanged when the ingress owner changed")
+		if with.PlanID == without.PlanID || with.PlacementID == without.PlacementID {
+			t.Fatalf("plan or placement ID unchanged when the ingress owner changed")
 		}
 	})
 	t.Run("a failed or expired certificate holds nothing", func(t *testing.T) {

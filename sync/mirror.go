@@ -317,13 +317,17 @@ func (r Refs) Equal(o Refs) bool {
 // around it: see fetchAround.
 func (m *Mirror) Fetch(ctx context.Context) (Refs, error) {
 	if len(m.skipped) == 0 {
+		// Without the "+" of a forced refspec: m.fetch forces every update
+		// anyway, and go-git's Prune reverses "+src:dst" into "dst:+src",
+		// finds no local ref on the remote under that name and deletes
+		// them all, to write them again (TestFetchRewritesOnlyChangedRefs).
 		specs := []config.RefSpec{
-			config.RefSpec("+" + m.reportPrefix + "*:" + m.reportPrefix + "*"),
-			config.RefSpec("+" + CertRefPrefix + "*:" + CertRefPrefix + "*"),
+			config.RefSpec(m.reportPrefix + "*:" + m.reportPrefix + "*"),
+			config.RefSpec(CertRefPrefix + "*:" + CertRefPrefix + "*"),
 		}
 		if m.remote.Branch != "" {
 			b := plumbing.NewBranchReferenceName(m.remote.Branch)
-			specs = append(specs, config.RefSpec("+"+b.String()+":"+b.String()))
+			specs = append(specs, config.RefSpec(b.String()+":"+b.String()))
 		}
 		err := m.fetch(ctx, specs, true)
 		var tooLarge *ObjectTooLargeError

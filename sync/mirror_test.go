@@ -2,9 +2,11 @@ package sync_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,5 +124,78 @@ func TestURLsWithCredentialsAreRefused(t *testing.T) {
 	}
 	if got := sync.Redacted("https://user:pw@example.com/c.git"); strings.Contains(got, "pw") {
 		t.Errorf("Redacted kept the password: %s", got)
+	}
+}
+
+// TestFetchRewritesOnlyChangedRefs: a fetch updates the refs that moved and
+// deletes those gone from the remote, and leaves every other ref file as it
+// was. (go-git's Prune reverses a forced refspec "+src:dst" into
+// "dst:+src", finds none of the local refs on the remote under that name,
+// and deletes them all before writing them again: files deleted and
+// created at every fetch, on the path of every step of a rollout.)
+func TestFetchRewritesOnlyChangedRefs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bare, _ := server(t)
+	prefix := render.DefaultReportRefPrefix
+	pub, err := sync.OpenMirror(ctx, filepath.Join(t.TempDir(), "publish"), sync.Remote{URL: bare, Branch: "main"}, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	publish := func(node string, when time.Time) {
+		t.Helper()
+		r := report.Report{Node: node, Time: when, AgentVersion: "test"}
+		if _, err := pub.Publish(ctx, node, r.Marshal(), r.Time); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("n1", at)
+	publish("n2", at)
+	dir := filepath.Join(t.TempDir(), "repo")
+	m, err := sync.OpenMirror(ctx, dir, sync.Remote{URL: bare, Branch: "main"}, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := func() sync.Refs {
+		t.Helper()
+		refs, err := m.Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return refs
+	}
+	inode := func(ref string) uint64 {
+		t.Helper()
+		info, err := os.Stat(filepath.Join(dir, filepath.FromSlash(ref)))
+		if err != nil {
+			t.Fatalf("ref %s: %v", ref, err)
+		}
+		return info.Sys().(*syscall.Stat_t).Ino
+	}
+	fetch()
+	branch := inode("refs/heads/main")
+
+	// n1 publishes again and n2's ref goes: only those two change.
+	publish("n1", at.Add(time.Second))
+	git(t, bare, "", "update-ref", "-d", prefix+"n2")
+	refs := fetch()
+	if _, ok := refs.Reports["n2"]; ok {
+		t.Errorf("n2's report ref, deleted on the remote, is still listed")
+	}
+	if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(prefix+"n2"))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("n2's report ref, deleted on the remote, is still in the mirror: %v", err)
+	}
+	if got := inode("refs/heads/main"); got != branch {
+		t.Errorf("the branch, unchanged, was written anew (inode %d, was %d)", got, branch)
+	}
+
+	// A fetch that brings nothing writes no ref.
+	n1 := inode(prefix + "n1")
+	if again := fetch(); !again.Equal(refs) {
+		t.Fatalf("a no-op fetch changed refs: %v, was %v", again, refs)
+	}
+	if inode(prefix+"n1") != n1 || inode("refs/heads/main") != branch {
+		t.Errorf("a fetch that brought nothing wrote refs anew")
 	}
 }
