@@ -825,17 +825,7 @@ func (a *Agent) pass(ctx context.Context) {
 	if leaving {
 		netPlan = &planner.Plan{} // no VIPs, routes nor proxies on a node that left
 	}
-	if a.peersDirty && plan.PlacementID != a.peersSavedPlaces {
-		// These reports move work between nodes, and the pass may act on
-		// it (stop a stateful instance that moved, say): write them first,
-		// so that an agent killed now and restarted while git is
-		// unreachable plans from them, not from older ones that would
-		// give the instance back to it. A plan that moves nothing (a
-		// rollout's next release, a replica turned ready) is written
-		// after the pass, at most once a second: the saved reports place
-		// every instance where this pass does.
-		a.savePeersLater(true, plan.PlacementID)
-	}
+	a.savePeersBefore(plan)
 	a.network(ctx, m, netPlan)
 	if a.ing != nil {
 		a.ing.pub.setRepo(m.Cluster)
@@ -1323,10 +1313,26 @@ type savedPeers struct {
 // peersSaveGap is the least time between two writes of the peers' reports
 // to the state directory while the placements stay the same: the copy
 // serves only an agent restarted while git is unreachable, and a write
-// (two fsyncs, which wait for the whole disk's journal) before each step
-// of a rollout on every node slowed every step. A pass whose placements
-// changed writes them before it acts.
+// (two fsyncs) before each step of a rollout on every node slowed every
+// step. A pass whose placements changed writes them before it acts
+// (savePeersBefore).
 const peersSaveGap = time.Second
+
+// savePeersBefore writes the peers' reports before a pass acts on plan
+// when they changed and the plan's placements (planner.PlacementID:
+// the commit, each instance's node and address, the ingress owners)
+// differ from those of the plan made from the reports written last. The
+// pass may act on the move (stop a stateful instance that moved, say): an
+// agent killed then and restarted while git is unreachable must plan from
+// these reports, not from older ones that would give the instance back to
+// it. A plan that moves nothing (a rollout's next release, a replica
+// turned ready) is written after the pass, at most once a second: the
+// saved reports place every instance where this pass does.
+func (a *Agent) savePeersBefore(plan *planner.Plan) {
+	if a.peersDirty && plan.PlacementID != a.peersSavedPlaces {
+		a.savePeersLater(true, plan.PlacementID)
+	}
+}
 
 // savePeersLater writes the peers' reports when they changed since the
 // last write and that was peersSaveGap ago (at once with now); places is

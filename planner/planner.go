@@ -1301,9 +1301,10 @@ func planID(plan *Plan) (id, placement string) {
 		all.Ingress = append(all.Ingress, [2]string{in.Name, in.Owner})
 	}
 	where := struct {
+		Commit     string
 		Placements []placed
 		Ingress    [][2]string
-	}{all.Placements, all.Ingress}
+	}{all.Commit, all.Placements, all.Ingress}
 	return digest(all), digest(where)
 }
 

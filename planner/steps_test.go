@@ -1396,7 +1396,7 @@ func TestStep10PlanID(t *testing.T) {
 		in    Input
 		moves bool
 	}{
-		{"another commit", Input{Model: m, Commit: "beef", Reports: reports, Now: t0}, false},
+		{"another commit", Input{Model: m, Commit: "beef", Reports: reports, Now: t0}, true},
 		{"a node dies and its work moves", Input{Model: m, Commit: commitC, Reports: func() []report.Report {
 			rs := slices.Clone(reports)
 			rs[0].Time = secs(-100) // a: web-0 and api-0 move, the ingress too

@@ -80,11 +80,12 @@ type Plan struct {
 	// PlanID is a hash of the outputs (commit, alive set, placements,
 	// ingress owners): two nodes with the same PlanID act on the same plan.
 	PlanID string `json:"planID"`
-	// PlacementID is a hash of where the plan puts each instance and who
-	// owns each ingress, the part of the plan that moves work between
-	// nodes (PlanID hashes rollout releases and the alive set too): an
-	// agent that acts on a plan must have saved the reports it came from
-	// first when this differs from what its saved reports give.
+	// PlacementID is a hash of the commit, of where (node and address)
+	// the plan puts each instance and of who owns each ingress: the part
+	// of the plan that moves work between nodes (PlanID hashes rollout
+	// releases and the alive set too). An agent saves the reports a plan
+	// came from before it acts on it when this differs from the
+	// PlacementID of the plan it made from the reports it saved last.
 	PlacementID string `json:"placementID"`
 	// ClusterTime is the newest report time, capped at Now + MaxClockLead;
 	// liveness is judged from it.

@@ -180,6 +180,9 @@ func TestFetchRewritesOnlyChangedRefs(t *testing.T) {
 	publish("n1", at.Add(time.Second))
 	git(t, bare, "", "update-ref", "-d", prefix+"n2")
 	refs := fetch()
+	if want := git(t, bare, "", "rev-parse", prefix+"n1"); refs.Reports["n1"].String() != want {
+		t.Errorf("n1's report ref at %s, want %s (its new publication)", refs.Reports["n1"], want)
+	}
 	if _, ok := refs.Reports["n2"]; ok {
 		t.Errorf("n2's report ref, deleted on the remote, is still listed")
 	}
