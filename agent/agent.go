@@ -392,7 +392,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}()
 	if local, ok := sync.LocalPath(a.opts.Remote.URL); ok && !a.opts.DisableWatch {
-		if err := sync.Watch(ctx, local, a.log, a.Trigger); err != nil {
+		// This node's own report moving is no news to it.
+		own := func(ref string) bool {
+			prefix := a.ReportPrefix()
+			if prefix == "" {
+				prefix = render.DefaultReportRefPrefix
+			}
+			return ref == prefix+a.opts.Node
+		}
+		if err := sync.Watch(ctx, local, a.log, own, a.Trigger); err != nil {
 			a.log.Warn("cannot watch the local repository; polling only", "err", err)
 		}
 	}

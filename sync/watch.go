@@ -28,10 +28,13 @@ func LocalPath(raw string) (string, bool) {
 }
 
 // Watch calls trigger whenever a ref of the local repository at dir may
-// have moved (a push to it, a report published), until ctx ends. It watches
-// the directories git updates refs in; new ones are added as they appear.
-// Bursts of events are the caller's to coalesce (trigger should not block).
-func Watch(ctx context.Context, dir string, logger *slog.Logger, trigger func()) error {
+// have moved (a push to it, a report published), until ctx ends, except
+// for the refs ignore names (such as "refs/keel/reports/n1", the node's
+// own report: its push need not make it fetch); ignore may be nil. It
+// watches the directories git updates refs in; new ones are added as they
+// appear. Bursts of events are the caller's to coalesce (trigger should not
+// block).
+func Watch(ctx context.Context, dir string, logger *slog.Logger, ignore func(ref string) bool, trigger func()) error {
 	gitDir := dir
 	if st, err := os.Stat(filepath.Join(dir, ".git")); err == nil && st.IsDir() {
 		gitDir = filepath.Join(dir, ".git")
@@ -76,6 +79,9 @@ func Watch(ctx context.Context, dir string, logger *slog.Logger, trigger func())
 				}
 				if strings.HasSuffix(ev.Name, ".lock") && !ev.Has(fsnotify.Rename) && !ev.Has(fsnotify.Remove) {
 					continue // git is still writing; the rename that follows counts
+				}
+				if rel, err := filepath.Rel(gitDir, strings.TrimSuffix(ev.Name, ".lock")); err == nil && ignore != nil && ignore(filepath.ToSlash(rel)) {
+					continue
 				}
 				trigger()
 			case err, ok := <-w.Errors:
