@@ -314,7 +314,7 @@ func (a *Agent) loadLastGood() error {
 	a.applied = &appliedCommit{commit: commit, model: m}
 	a.cluster = m.Cluster
 	a.setReportKeys(m)
-	a.reportPrefix.Store(&a.cluster.ReportRefPrefix)
+	a.storeReportPrefix()
 	a.metrics.Commit.WithLabelValues(commit).Set(1)
 	return nil
 }
@@ -333,6 +333,14 @@ func (a *Agent) IngressAddrs() map[string]string {
 		out["ingress-https"] = addr.String()
 	}
 	return out
+}
+
+// storeReportPrefix publishes the applied commit's report ref prefix to
+// ReportPrefix: a copy, since the loop overwrites a.cluster with each
+// commit while the webhook handler and the file watch read the prefix.
+func (a *Agent) storeReportPrefix() {
+	p := a.cluster.ReportRefPrefix
+	a.reportPrefix.Store(&p)
 }
 
 // ReportPrefix is the report ref prefix of the applied commit (safe for
@@ -712,7 +720,7 @@ func (a *Agent) accept(res fetchResult) error {
 	a.cluster = res.model.Cluster
 	a.setReportKeys(res.model)
 	a.ring.apply(res.model, a.leaving())
-	a.reportPrefix.Store(&a.cluster.ReportRefPrefix)
+	a.storeReportPrefix()
 	a.metrics.Commit.Reset()
 	a.metrics.Commit.WithLabelValues(res.commit).Set(1)
 	// Keep the snapshots of the applied and the previous commits only
