@@ -401,13 +401,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	if local, ok := sync.LocalPath(a.opts.Remote.URL); ok && !a.opts.DisableWatch {
 		// This node's own report moving is no news to it.
-		own := func(ref string) bool {
-			prefix := a.ReportPrefix()
-			if prefix == "" {
-				prefix = render.DefaultReportRefPrefix
-			}
-			return ref == prefix+a.opts.Node
-		}
+		own := func(ref string) bool { return ref == a.ReportPrefix()+a.opts.Node }
 		if err := sync.Watch(ctx, local, a.log, own, a.Trigger); err != nil {
 			a.log.Warn("cannot watch the local repository; polling only", "err", err)
 		}
