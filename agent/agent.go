@@ -151,6 +151,7 @@ type Agent struct {
 	lastPublish struct {
 		content string
 		at      time.Time
+		real    time.Time // at, by the real clock (the timers')
 	}
 	// inFlight is how many instance operations the last pass left in
 	// flight; heldSince is when a report changed while some were (see
@@ -210,6 +211,9 @@ type Agent struct {
 
 	reportPrefix atomic.Pointer[string] // for the webhook handler
 	reportKeys   sync.ReportKeys        // of the applied commit's nodes
+	// acks carries drain acknowledgements over the gossip ring (Run
+	// starts it; nil before).
+	acks *drainAcks
 
 	requests chan request
 	trigger  chan struct{}
@@ -378,8 +382,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The ring is left after the publisher and the git worker stop (the
 	// defers run in reverse): they announce through it.
 	defer a.ring.close()
+	a.acks = newDrainAcks(a.opts.Node, a.opts.ReportSigner, a.ring, a.log, a.metrics)
+	defer a.acks.close() // before the ring stops
 	if a.applied != nil {
 		a.ring.apply(a.applied.model, a.leaving())
+		a.acks.setKeys(a.reportKeys, a.applied.model)
 	}
 	if a.opts.Forge != nil {
 		a.forge = newForgeWorker(*a.opts.Forge, a.log, a.forgeM)
@@ -400,9 +407,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}()
 	if local, ok := sync.LocalPath(a.opts.Remote.URL); ok && !a.opts.DisableWatch {
-		// This node's own report moving is no news to it.
-		own := func(ref string) bool { return ref == a.ReportPrefix()+a.opts.Node }
-		if err := sync.Watch(ctx, local, a.log, own, a.Trigger); err != nil {
+		// This node's own report moving is no news to it; with a ring,
+		// neither is any report: the ring announces the changes, spacing
+		// the fetches they start (noticeSpacing), and carries those a
+		// drain or a rollout step waits for (drainAcks). A fetch at every
+		// report pushed, on every node, would compete for the CPUs with
+		// the rollout it reports on.
+		ignore := func(ref string) bool {
+			rest, ok := strings.CutPrefix(ref, a.ReportPrefix())
+			return ok && (rest == a.opts.Node || a.ring.on())
+		}
+		if err := sync.Watch(ctx, local, a.log, ignore, a.Trigger); err != nil {
 			a.log.Warn("cannot watch the local repository; polling only", "err", err)
 		}
 	}
@@ -450,7 +465,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-poll.C:
 			a.git.fetch()
 		case <-a.trigger:
-			a.git.fetch()
+			a.git.fetchAll()
 		case <-a.ring.changed:
 			if !ringPending {
 				ringPending = true
@@ -497,6 +512,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			reconcile.Reset(a.opts.Reconcile)
 		case <-a.rec.Wake():
 			// An instance operation ended: record it and report it now.
+			a.pass(ctx)
+			reconcile.Reset(a.opts.Reconcile)
+		case <-a.acks.arrived:
+			// A node a drain waits for sent its report over the ring.
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
 		case <-a.prober.Changes():
@@ -799,9 +818,14 @@ func (a *Agent) pass(ctx context.Context) {
 		planAt = a.fetchedAt // restarted while git is unreachable
 	}
 	m := a.applied.model
+	ringOn := a.ring.on()
+	peers := slices.Clone(a.peers)
+	if ringOn {
+		peers = withAcks(peers, a.acks.acks(), a.opts.Node)
+	}
 	own := a.ownReport(ctx, planAt)
-	keepUp(&own, a.peers, now.Add(planner.MaxClockLead(m)))
-	reports := append(slices.Clone(a.peers), own)
+	keepUp(&own, peers, now.Add(planner.MaxClockLead(m)))
+	reports := append(peers, own)
 	if m.Cluster.Gossip != nil && !a.ring.on() {
 		a.ring.apply(m, a.leaving()) // a start that failed, tried again after retryStart
 	}
@@ -851,12 +875,17 @@ func (a *Agent) pass(ctx context.Context) {
 	a.metrics.ReconcileErrors.Add(float64(len(res.Errors)))
 	a.metrics.InstancesWaiting.Set(float64(len(res.Waiting)))
 	a.metrics.InstancesDraining.Set(float64(len(res.Draining)))
-	// The other nodes' acknowledgements come in their reports: without a
-	// ring, look for them sooner than the next poll (with only polls to
-	// learn of pushes, each step of a rollout would wait for two). With a
-	// ring they are announced, and their fetches spaced for the git server
-	// (noticeSpacing).
-	a.draining = len(res.Draining) > 0 && !a.ring.on()
+	// The other nodes' acknowledgements come in their reports. With a
+	// ring, the nodes a drain or a rollout step of this node waits for
+	// are asked for them over it (drainAcks). Without one, look for them
+	// in git sooner than the next poll (with only polls to learn of
+	// pushes, each step of a rollout would wait for two).
+	var waits []string
+	if ringOn {
+		waits = append(res.DrainWaits, rolloutWaits(plan, a.opts.Node)...)
+	}
+	a.acks.ask(waits)
+	a.draining = len(res.Draining) > 0 && !ringOn
 	if a.draining && !a.drainPending && a.drainFetch != nil {
 		a.drainPending = true
 		a.drainFetch.Reset(drainFetchEvery(a.pollInterval()))
@@ -875,6 +904,56 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	a.updateInstanceMetrics(m)
 	a.publish(ctx, now)
+}
+
+// withAcks returns the peers' reports read from git with, for each node,
+// the report it sent over the gossip ring (drainAcks) instead when that
+// one is newer: a rollout step or a drain then goes on as soon as the node
+// that it waits for changed, rather than once its push and this node's
+// fetch are through. Each such report is also pushed to git by its node.
+func withAcks(peers, acks []report.Report, self string) []report.Report {
+	for i := range acks {
+		ack := &acks[i]
+		if ack.Node == self {
+			continue
+		}
+		j := slices.IndexFunc(peers, func(r report.Report) bool { return r.Node == ack.Node })
+		switch {
+		case j < 0:
+			peers = append(peers, *ack)
+		case planner.Newer(ack, &peers[j]):
+			peers[j] = *ack
+		}
+	}
+	return peers
+}
+
+// rolloutWaits returns the nodes of the replicas that a rollout of a
+// Service with a replica on node waits for (planner.Rollout.Waiting),
+// other than node: their next reports release the next replicas. Only the
+// nodes that run a replica ask, so that a step costs messages in
+// proportion to the Service's replicas, not to the cluster's nodes; the
+// others learn of it through git (and a drain waits for their proxies).
+func rolloutWaits(plan *planner.Plan, node string) []string {
+	var nodes []string
+	for _, svc := range plan.Services {
+		ro := svc.Rollout
+		if ro == nil || len(ro.Waiting) == 0 {
+			continue
+		}
+		member := slices.ContainsFunc(plan.Placements, func(pl planner.Placement) bool {
+			return pl.Node == node && pl.Service == svc.Name
+		})
+		if !member {
+			continue
+		}
+		for _, pl := range plan.Placements {
+			if slices.Contains(ro.Waiting, pl.Instance) && pl.Node != node && pl.Node != "" && !slices.Contains(nodes, pl.Node) {
+				nodes = append(nodes, pl.Node)
+			}
+		}
+	}
+	return nodes
 }
 
 // keepUp dates this node's own report, for its own plan, no earlier than
@@ -1015,6 +1094,13 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 // are in flight waits for them before it is published anyway.
 const opSettle = time.Second
 
+// ringPushGap is, with a gossip ring, the least time between two pushes
+// of a changed report: the nodes that a change concerns at once (a drain,
+// a rollout step) get it over the ring, and each push makes every peer
+// fetch; a rollout's burst of changes reaches git in a few pushes, on a
+// git server and CPUs the rollout itself competes for.
+const ringPushGap = 500 * time.Millisecond
+
 // publish hands the report to the publisher when its content changed or
 // the report interval passed; the push never blocks the loop.
 //
@@ -1041,6 +1127,13 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 	// report only makes every peer fetch, on the same CPUs and git server
 	// the rollout's own pushes and fetches wait for.
 	content := report.ContentDigest(r)
+	ttl := time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL))
+	if a.ring.on() {
+		// The newest report, pushed or not, for the nodes that asked.
+		ack := r
+		ack.Since = a.pub.runSince(r.Time, ttl)
+		a.acks.offer(ack, content)
+	}
 	interval := a.heartbeatInterval()
 	due := now.Sub(a.lastPublish.at) >= interval
 	if content == a.lastPublish.content && !due && (a.ring.on() || now.Sub(a.lastPublish.at) < heartbeatGap(interval)) {
@@ -1057,15 +1150,20 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 			return
 		}
 	}
+	if wait := time.Until(a.lastPublish.real.Add(ringPushGap)); a.ring.on() && !due && wait > 0 {
+		// With a ring, the nodes that wait for this report have it
+		// already (drainAcks): git gets the changes of a burst together.
+		a.settle.Reset(wait)
+		return
+	}
 	a.heldSince = time.Time{}
 	a.settle.Stop()
-	a.lastPublish.content, a.lastPublish.at = content, now
+	a.lastPublish.content, a.lastPublish.at, a.lastPublish.real = content, now, time.Now()
 	prefix := a.cluster.ReportRefPrefix
 	if prefix == "" {
 		prefix = render.DefaultReportRefPrefix
 	}
-	a.pub.publish(publication{report: r, builtAt: now, prefix: prefix, reportRepo: a.cluster.ReportRepo, interval: interval,
-		ttl: time.Duration(cmp.Or(a.cluster.LivenessTTL, render.DefaultLivenessTTL))})
+	a.pub.publish(publication{report: r, builtAt: now, prefix: prefix, reportRepo: a.cluster.ReportRepo, interval: interval, ttl: ttl})
 }
 
 // drainFetchEvery is how soon the agent fetches again while an instance
@@ -1391,6 +1489,7 @@ func (a *Agent) setReportKeys(m *render.Model) {
 		a.log.Warn("report keys", "err", err)
 	}
 	a.reportKeys = keys
+	a.acks.setKeys(keys, m)
 	if n := m.Node(a.opts.Node); n != nil && n.ReportKey != "" && a.opts.ReportSigner == nil {
 		a.log.Warn("this node has a reportKey but the agent has no --report-key: the other nodes will ignore its reports")
 	}

@@ -71,8 +71,10 @@ type gitWorker struct {
 
 	wake chan struct{}
 	mu   gosync.Mutex
-	// Pending work, coalesced: one fetch.
+	// Pending work, coalesced: one fetch; wantAll asks it for every ref
+	// (fetchAll).
 	wantFetch    bool
+	wantAll      bool
 	cluster      render.Cluster
 	applied      string // the last applied commit, for the rewind check
 	keys         sync.ReportKeys
@@ -110,9 +112,18 @@ func newGitWorker(ctx context.Context, a *Agent) (*gitWorker, error) {
 }
 
 // fetch asks for a fetch; requests made while one runs collapse into one.
-func (w *gitWorker) fetch() {
+func (w *gitWorker) fetch() { w.request(false) }
+
+// fetchAll asks for a fetch of every ref, even with a ring (see wants):
+// the file watch or a webhook saw refs move, and a report pushed a moment
+// ago is not announced on the ring yet (a gossip round or two), so the
+// ring would have the fetch skip the very change that woke it.
+func (w *gitWorker) fetchAll() { w.request(true) }
+
+func (w *gitWorker) request(all bool) {
 	w.mu.Lock()
 	w.wantFetch = true
+	w.wantAll = w.wantAll || all
 	w.cluster = w.agent.cluster
 	w.applied = w.agent.appliedCommit()
 	w.keys = w.agent.reportKeys
@@ -196,8 +207,8 @@ func (w *gitWorker) run(ctx context.Context) {
 		case <-w.wake:
 		}
 		w.mu.Lock()
-		doFetch, cluster, applied, keys, model := w.wantFetch, w.cluster, w.applied, w.keys, w.model
-		w.wantFetch = false
+		doFetch, all, cluster, applied, keys, model := w.wantFetch, w.wantAll, w.cluster, w.applied, w.keys, w.model
+		w.wantFetch, w.wantAll = false, false
 		w.mu.Unlock()
 		prefix := cluster.ReportRefPrefix
 		if prefix == "" {
@@ -217,7 +228,7 @@ func (w *gitWorker) run(ctx context.Context) {
 		}
 		if now := time.Now(); now.Before(notBefore) {
 			// Backing off after a failure: try again when the delay is over.
-			time.AfterFunc(notBefore.Sub(now), w.fetchLater)
+			time.AfterFunc(notBefore.Sub(now), func() { w.fetchLater(all) })
 			continue
 		}
 		start, started := time.Now(), w.opts.Now()
@@ -225,9 +236,10 @@ func (w *gitWorker) run(ctx context.Context) {
 		// members' view is taken before the fetch begins, so that what
 		// changes during it is fetched next time.
 		var want func(plumbing.ReferenceName, plumbing.Hash) bool
-		if view, on := w.agent.ring.members(); on && cluster.Gossip != nil && !first {
+		if view, on := w.agent.ring.members(); on && cluster.Gossip != nil && !first && !all {
 			want = w.wants(view, prefix)
 		}
+
 		// A fetch under way is finished (bounded by its timeout) rather
 		// than cancelled at shutdown: go-git cannot always abandon a fetch
 		// from a local repository (it kills git-upload-pack, then waits for
@@ -264,9 +276,10 @@ func (w *gitWorker) run(ctx context.Context) {
 	}
 }
 
-func (w *gitWorker) fetchLater() {
+func (w *gitWorker) fetchLater(all bool) {
 	w.mu.Lock()
 	w.wantFetch = true
+	w.wantAll = w.wantAll || all
 	w.mu.Unlock()
 	w.poke()
 }

@@ -41,6 +41,9 @@ type ringKeeper struct {
 	// changed carries the ring's Changed signals to the loop; it stays the
 	// same channel across ring restarts.
 	changed chan struct{}
+	// messages carries the members' direct messages to their receiver
+	// (drainAcks); the same channel across ring restarts.
+	messages chan gossip.Message
 	// seen is when a ring of this node last saw each inventory node alive
 	// (this node's clock), kept across the ring's restarts and after it
 	// stops (planner.Gossip.Seen): the reports of the nodes a ring
@@ -58,7 +61,7 @@ const retryStart = 30 * time.Second
 func newRingKeeper(opts Options, log *slog.Logger, metrics *Metrics) *ringKeeper {
 	return &ringKeeper{
 		node: opts.Node, keyFile: opts.GossipKeyFile, timing: opts.GossipTiming, log: log, metrics: metrics, now: opts.Now,
-		changed: make(chan struct{}, 1), seen: map[string]time.Time{},
+		changed: make(chan struct{}, 1), messages: make(chan gossip.Message, 64), seen: map[string]time.Time{},
 	}
 }
 
@@ -132,6 +135,12 @@ func (k *ringKeeper) startLocked(at netip.AddrPort, cluster string) error {
 				select {
 				case k.changed <- struct{}{}:
 				default:
+				}
+			case m := <-ring.Messages():
+				select {
+				case k.messages <- m:
+				case <-stop:
+					return
 				}
 			}
 		}
@@ -207,6 +216,18 @@ func (k *ringKeeper) announceTip(hash string) {
 	if ring != nil {
 		ring.SetTip(hash)
 	}
+}
+
+// send sends a direct message to a member (gossip.Ring.Send): it blocks
+// up to the ring's TCP timeout, so it never runs on the loop.
+func (k *ringKeeper) send(to, kind string, body []byte) error {
+	k.mu.Lock()
+	ring := k.ring
+	k.mu.Unlock()
+	if ring == nil {
+		return fmt.Errorf("message to %s: this node is in no gossip ring", to)
+	}
+	return ring.Send(to, kind, body)
 }
 
 // members returns the ring's view, and whether this node is in a ring.

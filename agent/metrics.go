@@ -45,6 +45,9 @@ type Metrics struct {
 	// GossipMembers counts the inventory's nodes this node's gossip ring
 	// sees, by state (alive, dead).
 	GossipMembers *prometheus.GaugeVec
+	// DrainAcks counts the drain acknowledgements over the gossip ring,
+	// by event (drainAckEvents).
+	DrainAcks *prometheus.CounterVec
 }
 
 // NewMetrics registers the agent's metrics, and the Go and process
@@ -125,10 +128,14 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		InstancesDraining: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "keel_instances_draining", Help: "Instances of this node whose stop waits for the other nodes' proxies to stop sending them connections.",
 		}),
+		DrainAcks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_drain_ack_messages_total",
+			Help: "Drain acknowledgements over the gossip ring, by event: asked (this node asked a node for its report), answered (sent its own), received (a node's report taken), rejected (one that failed its checks), send_failed.",
+		}, []string{"event"}),
 	}
 	reg.MustRegister(m.NodeInfo, m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
 		m.ReconcileDuration, m.ReconcileErrors, m.InstancesWaiting, m.InstanceOperations, m.Instances, m.InstanceInfo, m.InstanceRestarts,
-		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems, m.Unschedulable, m.ServiceReplicas, m.ServiceEndpoints, m.RolloutPaused, m.InstancesDraining, m.GossipMembers,
+		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems, m.Unschedulable, m.ServiceReplicas, m.ServiceEndpoints, m.RolloutPaused, m.InstancesDraining, m.GossipMembers, m.DrainAcks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"fetch", "read", "publish"} {
 		m.SyncErrors.WithLabelValues(r)

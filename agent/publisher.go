@@ -119,6 +119,19 @@ func (p *publisher) settledFor(now time.Time, ttl time.Duration) time.Duration {
 	return p.pushedRun.at.Sub(p.pushedRun.since)
 }
 
+// runSince is the Since a report dated t carries when pushed now: the
+// start of the unbroken run of reports pushed, or t itself when none was
+// pushed within ttl before t (a new run starts). The drains'
+// acknowledgements carry it (drainAcks), as the pushed copies do.
+func (p *publisher) runSince(t time.Time, ttl time.Duration) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pushedRun.since.IsZero() || t.Sub(p.pushedRun.at) > ttl || p.pushedRun.since.After(t) {
+		return t
+	}
+	return p.pushedRun.since
+}
+
 // close stops the publisher and waits for it, after the push under way if
 // there is one (bounded by the git timeout): go-git cannot always abandon
 // a push to a local repository (it kills git-receive-pack and then waits

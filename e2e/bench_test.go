@@ -27,13 +27,18 @@ const minPushes = 20
 // -benchtime=20x (or more): each iteration is one push, and the median and
 // p95 are reported over at least 20 pushes whatever the benchtime.
 func BenchmarkPushToConverged(b *testing.B) {
-	b.Run("fsnotify", func(b *testing.B) { benchPushToConverged(b, nil) })
-	b.Run("poll=1s", func(b *testing.B) { benchPushToConverged(b, []string{"--no-watch"}) })
+	b.Run("fsnotify", func(b *testing.B) { benchPushToConverged(b, nil, false) })
+	b.Run("fsnotify+gossip", func(b *testing.B) { benchPushToConverged(b, nil, true) })
+	b.Run("poll=1s", func(b *testing.B) { benchPushToConverged(b, []string{"--no-watch"}, false) })
 }
 
-func benchPushToConverged(b *testing.B, args []string) {
+// benchPushToConverged runs BenchmarkPushToConverged with the agents'
+// extra args, and with the gossip ring on (the drains then take their
+// acknowledgements over it, docs/agent.md "Drains") or off.
+func benchPushToConverged(b *testing.B, args []string, gossip bool) {
 	c := newCluster(b, 10*time.Minute, localcluster.Options{
 		Poll:      time.Second,
+		Gossip:    gossip,
 		AgentArgs: args,
 		Files:     map[string]string{"apps/web.yaml": webService(3, "base/demo", "v0")},
 	})

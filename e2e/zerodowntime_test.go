@@ -416,3 +416,43 @@ func (z *zeroDowntime) checkPlanWarns() {
 		return false, fmt.Sprintf("keel plan warns %+v", plan.Warnings)
 	})
 }
+
+// TestZeroDowntimeGossip: with the gossip ring on, the drains and the
+// rollout steps take their acknowledgements over it (the nodes' signed
+// reports, drainAcks) rather than from git; a rolling env change under
+// load still fails no request, and the reports did come over the ring.
+func TestZeroDowntimeGossip(t *testing.T) {
+	t.Parallel()
+	base := web{replicas: 3, image: "base/demo", greeting: "hello"}
+	c := newCluster(t, 5*time.Minute, localcluster.Options{Gossip: true, Files: map[string]string{"apps/web.yaml": base.yaml()}})
+	c.converge("first commit")
+	target := net.JoinHostPort(c.model().Service("web").VIP.Addr.String(), itoa(webPort))
+	z := &zeroDowntime{c: c, t: t, target: target, current: base}
+	z.c.waitEndpoints("web", webPort)
+	timeouts := z.logCount("drain timed out")
+	next := base
+	next.greeting = "bonjour"
+	res := z.underLoad("GREETING hello → bonjour, over the ring", func() {
+		z.push("greet in French", next)
+		z.settle()
+	})
+	z.noFailures(res)
+	z.c.checkAnswers("web", 3, "bonjour")
+	if n := z.logCount("drain timed out") - timeouts; n > 0 {
+		t.Errorf("%d drains timed out", n)
+	}
+	received := 0.0
+	for _, n := range c.Nodes {
+		v, err := c.metric(n, `keel_drain_ack_messages_total{event="received"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		received += v
+		if r, err := c.metric(n, `keel_drain_ack_messages_total{event="rejected"}`); err != nil || r != 0 {
+			t.Errorf("%s: %g reports over the ring rejected (%v)", n, r, err)
+		}
+	}
+	if received == 0 {
+		t.Error("no report came over the ring during the rollout")
+	}
+}

@@ -5,9 +5,11 @@
 // constant work per node, which nodes are up; each member's metadata
 // carries the version of its report's content and the spec commit it last
 // saw, so that a node fetches from git when a peer's report changed, not
-// on every poll. Durable state stays in git: the ring holds nothing that
-// is not also in the repository, and a cluster without it falls back to
-// the reports' ages (docs/agent.md, "Gossip").
+// on every poll. Members also send each other direct messages (Send,
+// Messages): the agents acknowledge a drain with their signed reports.
+// Durable state stays in git: the ring holds nothing that is not also in
+// the repository, and a cluster without it falls back to the reports' ages
+// and acknowledgements read from git (docs/agent.md, "Gossip").
 //
 // Every message is encrypted and authenticated with a key from a
 // node-local file (ReadKeys); only the nodes of the inventory, at their
@@ -182,12 +184,13 @@ type Ring struct {
 	leaving bool // Close: the metadata says so
 	started time.Time
 
-	changed chan struct{}
-	rejoin  chan struct{}
-	update  chan struct{}
-	stop    chan struct{}
-	wg      gosync.WaitGroup
-	closed  gosync.Once
+	changed  chan struct{}
+	messages chan Message
+	rejoin   chan struct{}
+	update   chan struct{}
+	stop     chan struct{}
+	wg       gosync.WaitGroup
+	closed   gosync.Once
 }
 
 // KeySizes are the key lengths the ring takes (AES-128, -192, -256).
@@ -260,7 +263,7 @@ func Start(cfg Config) (*Ring, error) {
 	r := &Ring{
 		cfg: cfg, log: cfg.Logger.With("component", "gossip"),
 		peers: map[string]netip.AddrPort{}, members: map[string]Member{},
-		changed: make(chan struct{}, 1), rejoin: make(chan struct{}, 1), update: make(chan struct{}, 1), stop: make(chan struct{}),
+		changed: make(chan struct{}, 1), messages: make(chan Message, messageBuffer), rejoin: make(chan struct{}, 1), update: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	keyring, err := memberlist.NewKeyring(cfg.Keys, cfg.Keys[0])
 	if err != nil {
@@ -580,8 +583,8 @@ func (e *events) NotifyJoin(n *memberlist.Node)   { (*Ring)(e).record(n, true) }
 func (e *events) NotifyLeave(n *memberlist.Node)  { (*Ring)(e).record(n, false) }
 func (e *events) NotifyUpdate(n *memberlist.Node) { (*Ring)(e).record(n, true) }
 
-// delegate gives memberlist this node's metadata; the ring carries no
-// other messages (what is worth more than a version number is in git).
+// delegate gives memberlist this node's metadata and hands it the
+// members' direct messages (message.go).
 type delegate Ring
 
 func (d *delegate) NodeMeta(limit int) []byte {
@@ -597,7 +600,6 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	}
 	return b
 }
-func (d *delegate) NotifyMsg([]byte)                           {}
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}

@@ -91,6 +91,9 @@ type Result struct {
 	// Draining are the instances whose stop waits for the other nodes'
 	// proxies to stop sending them connections (see Reconciler.drained).
 	Draining []string
+	// DrainWaits are the nodes the drains wait for: their newest reports
+	// still show their proxies sending connections to a draining instance.
+	DrainWaits []string
 	// InFlight is how many operations run when the pass returns.
 	InFlight int
 }
@@ -300,7 +303,9 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 // node's proxies without it, or DrainTimeout has passed, so that no node
 // sends it a new connection once it receives SIGTERM. Connections already
 // relayed to it go on; its command has its terminationGracePeriod to end
-// them. An instance that waits is listed in res.Draining.
+// them. An instance that waits is listed in res.Draining, the nodes it
+// waits for in res.DrainWaits (the agent asks them for their reports over
+// the gossip ring, when there is one).
 func (r *Reconciler) drained(d Desired, o *operation, now time.Time, res *Result) bool {
 	st := r.state.Instances[o.name]
 	if !o.stop || st == nil || st.Service == "" || st.State != report.StateRunning {
@@ -352,6 +357,11 @@ func (r *Reconciler) drained(d Desired, o *operation, now time.Time, res *Result
 		return true
 	}
 	res.Draining = append(res.Draining, o.name)
+	for _, node := range listing {
+		if !slices.Contains(res.DrainWaits, node) {
+			res.DrainWaits = append(res.DrainWaits, node)
+		}
+	}
 	return false
 }
 

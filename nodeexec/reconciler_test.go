@@ -609,8 +609,8 @@ func TestDrainWaitsForPeersProxies(t *testing.T) {
 	w.n2.Services = []report.Service{{Name: "web", VIP: "10.201.0.1", Endpoints: []string{addr + ":8080"}}}
 	w.set("web.yaml", "") // deleted
 	res := w.pass()
-	if _, ok := w.running()["web-0"]; !ok || !slices.Contains(res.Draining, "web-0") {
-		t.Fatalf("stopped while n2's proxy still sends it connections: draining %v", res.Draining)
+	if _, ok := w.running()["web-0"]; !ok || !slices.Contains(res.Draining, "web-0") || !slices.Equal(res.DrainWaits, []string{"n2"}) {
+		t.Fatalf("stopped while n2's proxy still sends it connections: draining %v, waiting for %v", res.Draining, res.DrainWaits)
 	}
 	w.clk.advance(time.Second)
 	w.n2.Services = []report.Service{{Name: "web", VIP: "10.201.0.1", Endpoints: []string{}}}

@@ -1129,7 +1129,15 @@ func (p *planner) pace() {
 			pl.Released = true
 			budget--
 		}
-		if left := len(outdatedAvailable) - max(0, ro.Available-ro.MinAvailable); left > 0 && len(notAvailable) > 0 {
+		left := len(outdatedAvailable) - max(0, ro.Available-ro.MinAvailable)
+		if left > 0 {
+			for _, name := range members(svc) {
+				if pl := p.placed[int(p.index[name])]; pl != nil && (pl.Released || slices.Contains(notAvailable, name)) {
+					ro.Waiting = append(ro.Waiting, name)
+				}
+			}
+		}
+		if left > 0 && len(notAvailable) > 0 {
 			p.warn(WarnRolloutWaiting, svc.Name, "rollout of %s waits: %s not available yet (%d outdated %s left)",
 				svc.Name, listed(notAvailable), left, pluralWord(left, "replica"))
 		}

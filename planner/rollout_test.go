@@ -117,13 +117,18 @@ func TestMaxUnavailable(t *testing.T) {
 		st   render.Strategy
 		reps map[int]replica
 		want []string
+		// waiting is what the rollout waits for while it holds replicas
+		// back (Rollout.Waiting): those released and those not available.
+		waiting []string
 	}{
-		{name: "two at once", n: 5, st: render.Strategy{MaxUnavailable: 2}, reps: all(5), want: []string{"web-0", "web-1"}},
+		{name: "two at once", n: 5, st: render.Strategy{MaxUnavailable: 2}, reps: all(5), want: []string{"web-0", "web-1"},
+			waiting: []string{"web-0", "web-1"}},
 		{name: "one already restarting leaves room for one", n: 5, st: render.Strategy{MaxUnavailable: 2},
 			reps: func() map[int]replica { r := all(5); r[0] = replica{state: report.StateStarting, ready: no}; return r }(),
-			want: []string{"web-1"}},
+			want: []string{"web-1"}, waiting: []string{"web-0", "web-1"}},
 		{name: "a crashed up-to-date replica uses the budget", n: 3, st: render.Strategy{MaxUnavailable: 1},
-			reps: func() map[int]replica { r := all(3); r[2] = replica{state: report.StateCrashLoop, ready: no}; return r }()},
+			reps:    func() map[int]replica { r := all(3); r[2] = replica{state: report.StateCrashLoop, ready: no}; return r }(),
+			waiting: []string{"web-2"}},
 		{name: "an outdated replica that serves nothing goes at once", n: 3, st: render.Strategy{MaxUnavailable: 1},
 			reps: func() map[int]replica {
 				r := all(3)
@@ -140,6 +145,11 @@ func TestMaxUnavailable(t *testing.T) {
 			p := plan(m, rs...)
 			if got := released(p); !slices.Equal(got, tc.want) {
 				t.Fatalf("released %v, want %v", got, tc.want)
+			}
+			if tc.waiting != nil {
+				if ro := planService(p, "web").Rollout; ro == nil || !slices.Equal(ro.Waiting, tc.waiting) {
+					t.Errorf("rollout %+v: want waiting for %v", ro, tc.waiting)
+				}
 			}
 		})
 	}
@@ -188,8 +198,8 @@ func TestProgressDeadline(t *testing.T) {
 		m, rs := rolloutWorld(t, 3, render.Strategy{MaxUnavailable: 1, ProgressDeadline: render.Duration(time.Minute)}, reps(broken(30*time.Second)))
 		p := plan(m, rs...)
 		ro := planService(p, "web").Rollout
-		if ro == nil || ro.Paused || len(released(p)) != 0 || warningOf(p, WarnRolloutWaiting, "web") == nil {
-			t.Fatalf("rollout %+v released %v warnings %v: want waiting, not paused", ro, released(p), p.Warnings)
+		if ro == nil || ro.Paused || len(released(p)) != 0 || warningOf(p, WarnRolloutWaiting, "web") == nil || !slices.Equal(ro.Waiting, []string{"web-0"}) {
+			t.Fatalf("rollout %+v released %v warnings %v: want waiting for web-0, not paused", ro, released(p), p.Warnings)
 		}
 	})
 	t.Run("past it a pause releases nothing more", func(t *testing.T) {

@@ -209,6 +209,12 @@ type Rollout struct {
 	// Failed names the members started at the rendered spec that were
 	// not ready within the strategy's progressDeadline.
 	Failed []string `json:"failed,omitempty"`
+	// Waiting names the members the rollout waits for while it holds
+	// outdated available replicas back: those not available, and those
+	// released for their update (the agents holding the replicas held
+	// back ask these members' nodes for their reports over the gossip
+	// ring).
+	Waiting []string `json:"waiting,omitempty"`
 	// Paused is true when a member failed and the strategy's
 	// failureAction is pause: nothing more is released until the failed
 	// members are ready or the spec changes (git revert).

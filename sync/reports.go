@@ -110,11 +110,26 @@ func readReport(repo *git.Repository, h plumbing.Hash, node string, keys ReportK
 	if err != nil {
 		return report.Report{}, err
 	}
-	if key := keys[node]; key != nil {
-		sig, err := files.read(SigFileName, MaxSignatureSize)
+	var sig []byte
+	if keys[node] != nil {
+		sig, err = files.read(SigFileName, MaxSignatureSize)
 		if err != nil && !errors.Is(err, object.ErrEntryNotFound) {
 			return report.Report{}, err
 		}
+	}
+	return VerifiedReport(data, sig, node, keys)
+}
+
+// VerifiedReport reads node's report from data and its detached signature
+// sig, however they came (git, or the gossip ring's drain
+// acknowledgements): both bounded (MaxReportSize, MaxSignatureSize), the
+// signature checked when the node has a report key, the report parsed
+// strictly and published for node.
+func VerifiedReport(data, sig []byte, node string, keys ReportKeys) (report.Report, error) {
+	if len(data) > MaxReportSize || len(sig) > MaxSignatureSize {
+		return report.Report{}, fmt.Errorf("report of %d bytes or signature of %d: larger than %d or %d", len(data), len(sig), MaxReportSize, MaxSignatureSize)
+	}
+	if key := keys[node]; key != nil {
 		if err := VerifyReport(data, sig, key); err != nil {
 			return report.Report{}, err
 		}

@@ -40,6 +40,13 @@ const (
 	// until the check first passes, the interval doubles after each run,
 	// up to the check's period.
 	FirstInterval = 5 * time.Millisecond
+	// StartPace caps that interval for a tcp or an http check during
+	// StartWindow after its first run: an instance that takes a
+	// moment to bind (a busy host) is seen ready within StartPace of it,
+	// not within as long again as it took. An exec check, a process per
+	// run, is not capped.
+	StartPace   = 50 * time.Millisecond
+	StartWindow = 3 * time.Second
 	// MaxFailure bounds Status.Failure, in bytes.
 	MaxFailure = 512
 )
@@ -378,8 +385,9 @@ func settingsOf(c *render.Check) settings {
 // failure).
 //
 // Until the check first passes it runs FirstInterval after the target
-// was set, then at twice the previous interval, up to its period, so that
-// an instance that is ready at once is seen ready within about
+// was set, then at twice the previous interval, up to its period (a tcp
+// or http check at most StartPace apart during StartWindow), so that an
+// instance that is ready at once is seen ready within about
 // FirstInterval; from then on it runs every period. A failure counts
 // toward the failure threshold
 // when it is the first since a pass, or when a period has gone by since
@@ -388,6 +396,7 @@ func settingsOf(c *render.Check) settings {
 // (threshold-1) periods, as if it had run every period.
 func (p *Prober) loop(tg *target, k kind, s settings) {
 	c := tg.check(k)
+	var start time.Time // when the first run began
 	var (
 		delay, next = min(FirstInterval, s.period), min(2*FirstInterval, s.period)
 		passedOnce  bool
@@ -400,6 +409,9 @@ func (p *Prober) loop(tg *target, k kind, s settings) {
 			return
 		}
 		began := p.mono()
+		if start.IsZero() {
+			start = began
+		}
 		err := p.run(tg, c, s.timeout)
 		<-p.slots
 		if tg.ctx.Err() != nil {
@@ -421,6 +433,9 @@ func (p *Prober) loop(tg *target, k kind, s settings) {
 			delay = s.period
 		} else {
 			delay, next = next, min(2*next, s.period)
+			if c.Exec == nil && began.Sub(start) < StartWindow {
+				delay, next = min(delay, StartPace), min(next, StartPace)
+			}
 		}
 	}
 }

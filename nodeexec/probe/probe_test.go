@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -566,5 +568,58 @@ func TestSetCopiesChecks(t *testing.T) {
 	waitFor(t, p, "web", "ready", isReady)
 	if n := e.count("changed"); n != 0 {
 		t.Errorf("the changed command ran %d times", n)
+	}
+}
+
+// Until it first passes, a tcp or http check runs at most StartPace apart
+// during StartWindow (an instance that binds late is seen ready soon after
+// it does), then at twice the previous interval up to its period; an
+// exec check doubles from the start.
+func TestStartPace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		check *render.Check
+		want  []time.Duration
+	}{
+		{"tcp", &render.Check{TCP: &render.TCPCheck{Port: 1}, Period: render.Duration(time.Second)},
+			[]time.Duration{5, 10, 20, 40, 50, 50, 50, 50, 100, 200, 400, 800, 1000}},
+		{"exec", &render.Check{Exec: &render.ExecCheck{Command: []string{"false"}}, Period: render.Duration(time.Second)},
+			[]time.Duration{5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000, 1000, 1000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newExecer()
+			e.exit("false", 1, "")
+			p := newProber(t, Options{Exec: e})
+			// Each run begins 500 ms after the one before (in the clock
+			// that spaces them): the window ends at the seventh run.
+			base := time.Now()
+			var runs atomic.Int64
+			p.mono = func() time.Time { return base.Add(time.Duration(runs.Add(1)-1) * 500 * time.Millisecond) }
+			var mu sync.Mutex
+			var slept []time.Duration
+			p.sleep = func(ctx context.Context, d time.Duration) bool {
+				mu.Lock()
+				full := len(slept) >= len(tc.want)
+				if !full {
+					slept = append(slept, d/time.Millisecond)
+				}
+				mu.Unlock()
+				if full {
+					<-ctx.Done()
+				}
+				return ctx.Err() == nil
+			}
+			c := tc.check
+			c.FailureThreshold = 1000
+			if err := p.Set([]Target{{Name: "web", Identity: "1", Address: loopback, Checks: render.Checks{Readiness: c}}}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "all the runs", func() bool { mu.Lock(); defer mu.Unlock(); return len(slept) == len(tc.want) })
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(slept, tc.want) {
+				t.Errorf("intervals (ms) %v, want %v", slept, tc.want)
+			}
+		})
 	}
 }

@@ -1,0 +1,366 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	gosync "sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/keel-dev/keel/gossip"
+	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+	"github.com/keel-dev/keel/sync"
+)
+
+// The drain acknowledgements' messages on the gossip ring.
+const (
+	// askKind asks a node for its newest report, now and at every change
+	// of its content for subscribeFor.
+	askKind = "drain-ask"
+	// ackKind is a node's newest report, signed as it signs those it
+	// pushes: "<signature length>\n<signature><report>".
+	ackKind = "drain-ack"
+)
+
+const (
+	// subscribeFor is how long an ask makes a node send its changed
+	// reports to the asker: longer than a drain lasts at most
+	// (nodeexec.DefaultDrainTimeout).
+	subscribeFor = 15 * time.Second
+	// askEvery is how often a node that a drain still waits for is asked
+	// again (a message lost, a node restarted since its last ask).
+	askEvery = time.Second
+	// ackSenders is how many messages are sent at once; ackQueue how many
+	// wait (more are dropped: asks are repeated, changes sent again).
+	ackSenders = 4
+	ackQueue   = 1024
+)
+
+// drainAckEvents are the values of keel_drain_ack_messages_total's event.
+var drainAckEvents = []string{"asked", "answered", "received", "rejected", "send_failed"}
+
+// drainAcks carries drain acknowledgements over the gossip ring, so that
+// a drain does not wait for its peers' reports to go through git (a push
+// and a fetch, each way): a node whose instance waits to drain asks the
+// nodes whose newest reports still send it connections (ask), and each
+// answers with its newest report, signed with its report key, at once and
+// again at every change of its content for subscribeFor (offer). The
+// reports it receives are checked as those read from git are
+// (sync.VerifiedReport: bounded, signed by the node's report key when it
+// has one, parsed strictly) and handed to the reconciler's drains
+// (nodeexec.Desired.Acks), which count each node's newest report, from git
+// or from here; nothing else reads them. Without a ring, nothing is asked
+// and the drains read git alone.
+//
+// Its goroutines (a receiver and ackSenders senders) are stopped and
+// waited for by close; the loop calls offer, ask, acks and setKeys (which
+// do nothing on a nil drainAcks: an agent not running), and learns of a
+// report that may end a drain on arrived.
+type drainAcks struct {
+	node    string
+	signer  ssh.Signer
+	ring    *ringKeeper
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu  gosync.Mutex
+	own *report.Report // the newest report the loop built
+	// ownDigest is own's content (report.ContentDigest); signed is own,
+	// signed and encoded, once a sender needed it.
+	ownDigest string
+	signed    struct {
+		of   *report.Report
+		body []byte
+	}
+	subs    map[string]time.Time // node → until when it asked for this node's changes
+	asked   map[string]time.Time // node → when this node last asked it
+	waiting map[string]bool      // the nodes the last pass's drains wait for
+	keys    sync.ReportKeys
+	nodes   map[string]bool // the inventory
+	got     map[string]report.Report
+	queued  map[string]bool // "kind to": a message waiting for a sender
+
+	queue   chan [2]string // kind, to
+	arrived chan struct{}
+	stop    chan struct{}
+	wg      gosync.WaitGroup
+}
+
+func newDrainAcks(node string, signer ssh.Signer, ring *ringKeeper, log *slog.Logger, metrics *Metrics) *drainAcks {
+	d := &drainAcks{
+		node: node, signer: signer, ring: ring, log: log, metrics: metrics,
+		subs: map[string]time.Time{}, asked: map[string]time.Time{}, waiting: map[string]bool{},
+		nodes: map[string]bool{}, got: map[string]report.Report{}, queued: map[string]bool{},
+		queue: make(chan [2]string, ackQueue), arrived: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	for _, e := range drainAckEvents {
+		metrics.DrainAcks.WithLabelValues(e)
+	}
+	d.wg.Add(1 + ackSenders)
+	go func() {
+		defer d.wg.Done()
+		d.receive()
+	}()
+	for range ackSenders {
+		go func() {
+			defer d.wg.Done()
+			d.send()
+		}()
+	}
+	return d
+}
+
+// close stops the goroutines and waits for them (a send under way ends
+// within the ring's TCP timeout, or at once when the ring stops).
+func (d *drainAcks) close() {
+	close(d.stop)
+	d.wg.Wait()
+}
+
+// setKeys takes the applied commit's inventory and report keys: reports
+// of the nodes with a key count only when signed by it, and what is kept
+// of nodes that left the inventory is dropped.
+func (d *drainAcks) setKeys(keys sync.ReportKeys, m *render.Model) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.keys = keys
+	d.nodes = make(map[string]bool, len(m.Nodes))
+	for _, n := range m.Nodes {
+		d.nodes[n.Name] = true
+	}
+	for _, m := range []map[string]time.Time{d.subs, d.asked} {
+		maps.DeleteFunc(m, func(n string, _ time.Time) bool { return !d.nodes[n] })
+	}
+	maps.DeleteFunc(d.got, func(n string, _ report.Report) bool { return !d.nodes[n] })
+}
+
+// offer takes the newest report the loop built, with its content digest:
+// the nodes that asked within subscribeFor get it when its content
+// changed. It never blocks.
+func (d *drainAcks) offer(r report.Report, digest string) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.own = &r
+	if digest == d.ownDigest {
+		return
+	}
+	d.ownDigest = digest
+	now := time.Now()
+	for _, n := range slices.Sorted(maps.Keys(d.subs)) {
+		if now.After(d.subs[n]) {
+			delete(d.subs, n)
+			continue
+		}
+		d.enqueueLocked(ackKind, n)
+	}
+}
+
+// ask asks the nodes a drain waits for (nodeexec.Result.DrainWaits) for
+// their reports, each at most once every askEvery; a report from one of
+// them then wakes the loop (arrived). Called after every pass (an empty
+// list when nothing drains, or without a ring).
+func (d *drainAcks) ask(nodes []string) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	clear(d.waiting)
+	now := time.Now()
+	for _, n := range nodes {
+		d.waiting[n] = true
+		if now.Sub(d.asked[n]) >= askEvery {
+			d.asked[n] = now
+			d.log.Debug("asking a node for its report over the gossip ring", "to", n)
+			d.enqueueLocked(askKind, n)
+		}
+	}
+}
+
+// acks returns the newest report received from each node, in node order.
+func (d *drainAcks) acks() []report.Report {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]report.Report, 0, len(d.got))
+	for _, n := range slices.Sorted(maps.Keys(d.got)) {
+		out = append(out, d.got[n])
+	}
+	return out
+}
+
+func (d *drainAcks) enqueueLocked(kind, to string) {
+	key := kind + " " + to
+	if d.queued[key] {
+		return // the message waiting sends the newest report
+	}
+	select {
+	case d.queue <- [2]string{kind, to}:
+		d.queued[key] = true
+	default:
+		d.log.Debug("drain acknowledgements: too many messages waiting; dropped one", "kind", kind, "to", to)
+	}
+}
+
+// send sends the queued messages: an ack is the newest report when it is
+// sent, signed once per report.
+func (d *drainAcks) send() {
+	for {
+		var msg [2]string
+		select {
+		case <-d.stop:
+			return
+		case msg = <-d.queue:
+		}
+		kind, to := msg[0], msg[1]
+		d.mu.Lock()
+		delete(d.queued, kind+" "+to)
+		d.mu.Unlock()
+		var body []byte
+		if kind == ackKind {
+			var err error
+			if body, err = d.signedOwn(); err != nil {
+				d.log.Warn("drain acknowledgement: cannot sign this node's report", "err", err)
+				continue
+			}
+			if body == nil {
+				continue // no report built yet
+			}
+		}
+		if err := d.ring.send(to, kind, body); err != nil {
+			d.metrics.DrainAcks.WithLabelValues("send_failed").Inc()
+			d.log.Debug("drain acknowledgement not sent", "kind", kind, "to", to, "err", err)
+			continue
+		}
+		event := "asked"
+		if kind == ackKind {
+			event = "answered"
+		}
+		d.metrics.DrainAcks.WithLabelValues(event).Inc()
+	}
+}
+
+// signedOwn returns the newest report, signed and encoded as an ack's
+// body; nil before the loop built one.
+func (d *drainAcks) signedOwn() ([]byte, error) {
+	d.mu.Lock()
+	own, cached := d.own, d.signed
+	d.mu.Unlock()
+	if own == nil {
+		return nil, nil
+	}
+	if cached.of == own {
+		return cached.body, nil
+	}
+	data := own.Marshal()
+	var sig []byte
+	if d.signer != nil {
+		var err error
+		if sig, err = sync.SignReport(data, d.signer); err != nil {
+			return nil, err
+		}
+	}
+	body := encodeAck(data, sig)
+	d.mu.Lock()
+	if d.own == own {
+		d.signed.of, d.signed.body = own, body
+	}
+	d.mu.Unlock()
+	return body, nil
+}
+
+func encodeAck(data, sig []byte) []byte {
+	body := make([]byte, 0, len(data)+len(sig)+8)
+	body = strconv.AppendInt(body, int64(len(sig)), 10)
+	body = append(body, '\n')
+	body = append(body, sig...)
+	return append(body, data...)
+}
+
+func decodeAck(body []byte) (data, sig []byte, err error) {
+	head, rest, ok := bytes.Cut(body, []byte{'\n'})
+	if !ok || len(head) > 6 {
+		return nil, nil, fmt.Errorf("no signature length")
+	}
+	n, err := strconv.Atoi(string(head))
+	if err != nil || n < 0 || n > len(rest) || n > sync.MaxSignatureSize {
+		return nil, nil, fmt.Errorf("signature length %q", head)
+	}
+	return rest[n:], rest[:n], nil
+}
+
+// receive takes the members' messages: an ask subscribes the asker and
+// answers it; an ack is checked and kept when it is the sender's newest.
+func (d *drainAcks) receive() {
+	for {
+		var m gossip.Message
+		select {
+		case <-d.stop:
+			return
+		case m = <-d.ring.messages:
+		}
+		switch m.Kind {
+		case askKind:
+			d.mu.Lock()
+			if d.nodes[m.From] {
+				d.subs[m.From] = time.Now().Add(subscribeFor)
+				d.enqueueLocked(ackKind, m.From)
+			}
+			d.mu.Unlock()
+		case ackKind:
+			d.take(m)
+		default:
+			d.log.Debug("gossip message of an unknown kind dropped", "kind", m.Kind, "from", m.From)
+		}
+	}
+}
+
+func (d *drainAcks) take(m gossip.Message) {
+	d.mu.Lock()
+	keys, listed := d.keys, d.nodes[m.From]
+	d.mu.Unlock()
+	r, err := func() (report.Report, error) {
+		if !listed {
+			return report.Report{}, fmt.Errorf("not a node of the applied commit's inventory")
+		}
+		data, sig, err := decodeAck(m.Body)
+		if err != nil {
+			return report.Report{}, err
+		}
+		return sync.VerifiedReport(data, sig, m.From, keys)
+	}()
+	if err != nil {
+		d.metrics.DrainAcks.WithLabelValues("rejected").Inc()
+		d.log.Warn("drain acknowledgement refused", "from", m.From, "err", err)
+		return
+	}
+	d.metrics.DrainAcks.WithLabelValues("received").Inc()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if cur, ok := d.got[m.From]; ok && !planner.Newer(&r, &cur) {
+		return
+	}
+	d.got[m.From] = r
+	d.log.Debug("report received over the gossip ring", "from", m.From, "time", r.Time, "waited for", d.waiting[m.From])
+	if d.waiting[m.From] {
+		select {
+		case d.arrived <- struct{}{}:
+		default:
+		}
+	}
+}

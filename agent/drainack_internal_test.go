@@ -1,0 +1,225 @@
+package agent
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/keel-dev/keel/gossip"
+	"github.com/keel-dev/keel/planner"
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+	"github.com/keel-dev/keel/sync"
+)
+
+func newSigner(t *testing.T) ssh.Signer {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestDrainAcksOverTheRing: a node asked by a drain answers with its
+// newest report, signed, and again at each change of its content while
+// the ask holds; the asker keeps each node's newest report that passes the
+// checks of a report read from git, and is woken for the nodes it waits for.
+func TestDrainAcksOverTheRing(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{"127.0.1.1", "127.0.1.2"}
+	port := freeRingPort(t, addrs...)
+	s1, s2 := newSigner(t), newSigner(t)
+	files := fstest.MapFS{"cluster.yaml": &fstest.MapFile{Data: fmt.Appendf(nil,
+		"apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\nspec: {gossip: {port: %d}}\n", port)}}
+	for i, s := range []ssh.Signer{s1, s2} {
+		files[fmt.Sprintf("nodes/n%d.yaml", i+1)] = &fstest.MapFile{Data: fmt.Appendf(nil,
+			"apiVersion: keel/v1\nkind: Node\nmetadata: {name: n%d}\nspec: {address: %s, reportKey: %q}\n",
+			i+1, addrs[i], strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.PublicKey()))))}
+	}
+	m, err := render.Render(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := sync.ReportKeysOf(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := gossip.Timing{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2,
+		GossipInterval: 50 * time.Millisecond, PushPullInterval: time.Second}
+	log := slog.New(slog.DiscardHandler)
+	type node struct {
+		k       *ringKeeper
+		d       *drainAcks
+		metrics *Metrics
+	}
+	start := func(name string, signer ssh.Signer) node {
+		metrics := NewMetrics(prometheus.NewRegistry())
+		k := newRingKeeper(Options{Node: name, Now: time.Now, GossipKeyFile: keyFile, GossipTiming: fast}, log, metrics)
+		k.apply(m, false)
+		d := newDrainAcks(name, signer, k, log, metrics)
+		d.setKeys(keys, m)
+		t.Cleanup(func() { d.close(); k.close() })
+		return node{k, d, metrics}
+	}
+	n1, n2 := start("n1", s1), start("n2", s2)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		g, _ := n1.k.view(0)
+		if g != nil && g.Members["n2"].Alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n2 never alive in n1's ring: %+v", g)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	listing := reportAt("n2", t0)
+	listing.Services = []report.Service{{Name: "web", VIP: "10.201.0.1", Endpoints: []string{"10.200.0.5:8080"}}}
+	n2.d.offer(listing, report.ContentDigest(listing))
+
+	waitAck := func(what string, ok func(report.Report) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			select {
+			case <-n1.d.arrived:
+			case <-time.After(20 * time.Millisecond):
+			}
+			if acks := n1.d.acks(); len(acks) == 1 && ok(acks[0]) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: never came; acks %+v", what, n1.d.acks())
+			}
+		}
+	}
+	n1.d.ask([]string{"n2"})
+	waitAck("n2's answer", func(r report.Report) bool { return r.Node == "n2" && len(r.Services) == 1 && r.Time.Equal(t0) })
+	// Its proxies drop the address: pushed to n1 without another ask.
+	dropped := reportAt("n2", t0.Add(time.Second))
+	dropped.Services = []report.Service{{Name: "web", VIP: "10.201.0.1", Endpoints: []string{}}}
+	n2.d.offer(dropped, report.ContentDigest(dropped))
+	waitAck("n2's change", func(r report.Report) bool { return len(r.Services) == 1 && len(r.Services[0].Endpoints) == 0 })
+	// The counters move once the sends return, maybe after the receiver
+	// has the message.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		asked := testutil.ToFloat64(n1.metrics.DrainAcks.WithLabelValues("asked"))
+		answered := testutil.ToFloat64(n2.metrics.DrainAcks.WithLabelValues("answered"))
+		if asked == 1 && answered == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 asked %v times, n2 answered %v times: want 1 and 2", asked, answered)
+		}
+	}
+	// Asked again within askEvery: nothing sent.
+	n1.d.ask([]string{"n2"})
+	if got := testutil.ToFloat64(n1.metrics.DrainAcks.WithLabelValues("asked")); got != 1 {
+		t.Errorf("asked again within %v", askEvery)
+	}
+
+	// What fails the checks is refused, and an older report never
+	// replaces a newer one.
+	signed := func(r report.Report, s ssh.Signer) []byte {
+		data := r.Marshal()
+		var sig []byte
+		if s != nil {
+			if sig, err = sync.SignReport(data, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return encodeAck(data, sig)
+	}
+	later := reportAt("n2", t0.Add(time.Hour))
+	for name, msg := range map[string]gossip.Message{
+		"signed by another node's key": {From: "n2", Kind: ackKind, Body: signed(later, s1)},
+		"unsigned":                     {From: "n2", Kind: ackKind, Body: signed(later, nil)},
+		"naming another node":          {From: "n2", Kind: ackKind, Body: signed(reportAt("n1", t0.Add(time.Hour)), s2)},
+		"from outside the inventory":   {From: "n9", Kind: ackKind, Body: signed(reportAt("n9", t0.Add(time.Hour)), s2)},
+		"without a signature length":   {From: "n2", Kind: ackKind, Body: []byte("garbage")},
+		"with a length past its end":   {From: "n2", Kind: ackKind, Body: []byte("99\nshort")},
+	} {
+		before := testutil.ToFloat64(n1.metrics.DrainAcks.WithLabelValues("rejected"))
+		n1.d.take(msg)
+		if got := testutil.ToFloat64(n1.metrics.DrainAcks.WithLabelValues("rejected")); got != before+1 {
+			t.Errorf("an ack %s was not refused", name)
+		}
+	}
+	n1.d.take(gossip.Message{From: "n2", Kind: ackKind, Body: signed(reportAt("n2", t0.Add(-time.Hour)), s2)})
+	if acks := n1.d.acks(); len(acks) != 1 || !acks[0].Time.Equal(dropped.Time) {
+		t.Errorf("an older report replaced the newest: %+v", acks)
+	}
+	// A node that leaves the inventory leaves the acks.
+	delete(files, "nodes/n2.yaml")
+	m2, err := render.Render(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.d.setKeys(keys, m2)
+	if acks := n1.d.acks(); len(acks) != 0 {
+		t.Errorf("n2's ack kept after it left the inventory: %+v", acks)
+	}
+}
+
+// TestWithAcks: the planner gets each node's newest report, from git or
+// from the ring; this node's own never comes from the ring.
+func TestWithAcks(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	peers := []report.Report{reportAt("n2", t0), reportAt("n3", t0)}
+	acks := []report.Report{reportAt("n1", t0.Add(time.Hour)), reportAt("n2", t0.Add(time.Second)), reportAt("n3", t0.Add(-time.Second)), reportAt("n4", t0)}
+	got := withAcks(peers, acks, "n1")
+	want := map[string]time.Time{"n2": t0.Add(time.Second), "n3": t0, "n4": t0}
+	if len(got) != len(want) {
+		t.Fatalf("got %d reports: %+v", len(got), got)
+	}
+	for _, r := range got {
+		if !r.Time.Equal(want[r.Node]) {
+			t.Errorf("%s: report of %v, want %v", r.Node, r.Time, want[r.Node])
+		}
+	}
+}
+
+// TestRolloutWaits: a node that runs a replica of a Service asks the
+// nodes of the replicas its rollout waits for; one that runs none does not.
+func TestRolloutWaits(t *testing.T) {
+	plan := &planner.Plan{
+		Placements: []planner.Placement{
+			{Instance: "web-0", Service: "web", Node: "n1", Released: true, Outdated: "restart"},
+			{Instance: "web-1", Service: "web", Node: "n2", Outdated: "restart"},
+			{Instance: "web-2", Service: "web", Node: "n3", Outdated: "restart"},
+			{Instance: "db-0", Service: "db", Node: "n4"},
+		},
+		Services: []planner.Service{
+			{Name: "web", Rollout: &planner.Rollout{Waiting: []string{"web-0"}}},
+			{Name: "db"},
+		},
+	}
+	for node, want := range map[string][]string{"n1": nil, "n2": {"n1"}, "n3": {"n1"}, "n4": nil} {
+		if got := rolloutWaits(plan, node); !slices.Equal(got, want) {
+			t.Errorf("%s asks %v, want %v", node, got, want)
+		}
+	}
+}
