@@ -151,8 +151,11 @@ type Agent struct {
 	lastPublish struct {
 		content string
 		at      time.Time
-		real    time.Time // at, by the real clock (the timers')
 	}
+	ringHeld ringHeld // a changed report held back (with a ring)
+	// ackLimit is the latest time a report over the ring may be dated to
+	// count in the last pass's plan (zero without a ring).
+	ackLimit time.Time
 	// inFlight is how many instance operations the last pass left in
 	// flight; heldSince is when a report changed while some were (see
 	// publish), and settle the timer that publishes it if they last.
@@ -367,6 +370,13 @@ func (a *Agent) Trigger() {
 // Run runs the agent until ctx ends. Instances keep running afterwards.
 func (a *Agent) Run(ctx context.Context) error {
 	var err error
+	// The ring is left after the publisher, the git worker and the
+	// drain acknowledgements stop (the defers run in reverse): they
+	// announce and send through it. The acknowledgements come before the
+	// git worker, which reads what came over the ring.
+	defer a.ring.close()
+	a.acks = newDrainAcks(a.opts.Node, a.opts.ReportSigner, a.ring, a.log, a.metrics)
+	defer a.acks.close()
 	gctx, cancelGit := context.WithCancel(context.Background())
 	a.git, err = newGitWorker(gctx, a)
 	if err != nil {
@@ -379,11 +389,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	a.pub = newPublisher(a.opts, a.log, a.metrics, a.loopStallLimit(), a.ring.announceReport, a.ring.stall)
 	defer a.pub.close()
-	// The ring is left after the publisher and the git worker stop (the
-	// defers run in reverse): they announce through it.
-	defer a.ring.close()
-	a.acks = newDrainAcks(a.opts.Node, a.opts.ReportSigner, a.ring, a.log, a.metrics)
-	defer a.acks.close() // before the ring stops
 	if a.applied != nil {
 		a.ring.apply(a.applied.model, a.leaving())
 		a.acks.setKeys(a.reportKeys, a.applied.model)
@@ -465,7 +470,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-poll.C:
 			a.git.fetch()
 		case <-a.trigger:
-			a.git.fetchAll()
+			a.git.fetch()
 		case <-a.ring.changed:
 			if !ringPending {
 				ringPending = true
@@ -820,8 +825,16 @@ func (a *Agent) pass(ctx context.Context) {
 	m := a.applied.model
 	ringOn := a.ring.on()
 	peers := slices.Clone(a.peers)
+	a.ackLimit = time.Time{}
 	if ringOn {
-		peers = withAcks(peers, a.acks.acks(), a.opts.Node)
+		// Reports over the ring count up to the clock lead past the last
+		// fetch: while git is unreachable the plan stays that of the last
+		// fetch (a newer report would move its clock past the others').
+		a.ackLimit = planAt.Add(planner.MaxClockLead(m))
+		var merged bool
+		if peers, merged = withAcks(peers, a.acks.acks(), a.opts.Node, a.ackLimit); merged {
+			a.peersDirty = true // peers.json holds what the plan was made with
+		}
 	}
 	own := a.ownReport(ctx, planAt)
 	keepUp(&own, peers, now.Add(planner.MaxClockLead(m)))
@@ -908,24 +921,25 @@ func (a *Agent) pass(ctx context.Context) {
 
 // withAcks returns the peers' reports read from git with, for each node,
 // the report it sent over the gossip ring (drainAcks) instead when that
-// one is newer: a rollout step or a drain then goes on as soon as the node
-// that it waits for changed, rather than once its push and this node's
-// fetch are through. Each such report is also pushed to git by its node.
-func withAcks(peers, acks []report.Report, self string) []report.Report {
+// one is newer and dated no later than limit: a rollout step or a drain
+// then goes on as soon as the node that it waits for changed, rather than
+// once its push and this node's fetch are through. merged says whether
+// one was taken. Each node pushes its newest report to git as well.
+func withAcks(peers, acks []report.Report, self string, limit time.Time) (_ []report.Report, merged bool) {
 	for i := range acks {
 		ack := &acks[i]
-		if ack.Node == self {
+		if ack.Node == self || ack.Time.After(limit) {
 			continue
 		}
 		j := slices.IndexFunc(peers, func(r report.Report) bool { return r.Node == ack.Node })
 		switch {
 		case j < 0:
-			peers = append(peers, *ack)
+			peers, merged = append(peers, *ack), true
 		case planner.Newer(ack, &peers[j]):
-			peers[j] = *ack
+			peers[j], merged = *ack, true
 		}
 	}
-	return peers
+	return peers, merged
 }
 
 // rolloutWaits returns the nodes of the replicas that a rollout of a
@@ -1094,12 +1108,24 @@ func (a *Agent) ownReport(ctx context.Context, now time.Time) report.Report {
 // are in flight waits for them before it is published anyway.
 const opSettle = time.Second
 
-// ringPushGap is, with a gossip ring, the least time between two pushes
-// of a changed report: the nodes that a change concerns at once (a drain,
-// a rollout step) get it over the ring, and each push makes every peer
-// fetch; a rollout's burst of changes reaches git in a few pushes, on a
-// git server and CPUs the rollout itself competes for.
-const ringPushGap = 500 * time.Millisecond
+// With a gossip ring, a changed report is pushed once it has not changed
+// for ringQuiet, or ringPushMax after the first change not pushed: the
+// nodes that a change concerns at once (a drain, a rollout step) get it
+// over the ring, and each push makes every peer fetch, so a rollout's
+// burst of changes reaches git in one or two pushes rather than one per
+// change, on a git server and CPUs the rollout itself competes for.
+const (
+	ringQuiet   = 500 * time.Millisecond
+	ringPushMax = 2 * time.Second
+)
+
+// ringHeld is a changed report held back with a ring: its content, when
+// it last changed and when the first change not pushed came (real time,
+// as the timers').
+type ringHeld struct {
+	content        string
+	changed, since time.Time
+}
 
 // publish hands the report to the publisher when its content changed or
 // the report interval passed; the push never blocks the loop.
@@ -1150,15 +1176,26 @@ func (a *Agent) publish(ctx context.Context, now time.Time) {
 			return
 		}
 	}
-	if wait := time.Until(a.lastPublish.real.Add(ringPushGap)); a.ring.on() && !due && wait > 0 {
+	if a.ring.on() && !due {
 		// With a ring, the nodes that wait for this report have it
-		// already (drainAcks): git gets the changes of a burst together.
-		a.settle.Reset(wait)
-		return
+		// already (drainAcks): git gets a burst of changes together, once
+		// the report has been quiet for ringQuiet, or ringPushMax after
+		// the first change it holds.
+		t := time.Now()
+		if content != a.ringHeld.content {
+			a.ringHeld.content, a.ringHeld.changed = content, t
+			if a.ringHeld.since.IsZero() {
+				a.ringHeld.since = t
+			}
+		}
+		if wait := min(a.ringHeld.changed.Add(ringQuiet).Sub(t), a.ringHeld.since.Add(ringPushMax).Sub(t)); wait > 0 {
+			a.settle.Reset(wait)
+			return
+		}
 	}
-	a.heldSince = time.Time{}
+	a.heldSince, a.ringHeld = time.Time{}, ringHeld{}
 	a.settle.Stop()
-	a.lastPublish.content, a.lastPublish.at, a.lastPublish.real = content, now, time.Now()
+	a.lastPublish.content, a.lastPublish.at = content, now
 	prefix := a.cluster.ReportRefPrefix
 	if prefix == "" {
 		prefix = render.DefaultReportRefPrefix
@@ -1458,7 +1495,13 @@ func (a *Agent) savePeersLater(now bool, places string) {
 }
 
 func (a *Agent) savePeers() error {
-	data, err := json.Marshal(savedPeers{FetchedAt: a.fetchedAt, Reports: a.peers})
+	reports := a.peers
+	if !a.ackLimit.IsZero() {
+		// The reports the plans were made with: a restart while git is
+		// unreachable plans as the node did before it.
+		reports, _ = withAcks(slices.Clone(a.peers), a.acks.acks(), a.opts.Node, a.ackLimit)
+	}
+	data, err := json.Marshal(savedPeers{FetchedAt: a.fetchedAt, Reports: reports})
 	if err != nil {
 		return err
 	}

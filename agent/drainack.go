@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -37,6 +38,11 @@ const (
 	// askEvery is how often a node that a drain still waits for is asked
 	// again (a message lost, a node restarted since its last ask).
 	askEvery = time.Second
+	// ackTTL is how long a report received over the ring counts: by then
+	// its node has pushed it (ringPushMax) and the next fetch brings it,
+	// or a newer one came. A report that stopped coming (the node's clock
+	// stepped back, it left the ring) does not outlive it.
+	ackTTL = 10 * time.Second
 	// ackSenders is how many messages are sent at once; ackQueue how many
 	// wait (more are dropped: asks are repeated, changes sent again).
 	ackSenders = 4
@@ -47,17 +53,20 @@ const (
 var drainAckEvents = []string{"asked", "answered", "received", "rejected", "send_failed"}
 
 // drainAcks carries drain acknowledgements over the gossip ring, so that
-// a drain does not wait for its peers' reports to go through git (a push
-// and a fetch, each way): a node whose instance waits to drain asks the
-// nodes whose newest reports still send it connections (ask), and each
+// a drain or a rollout step does not wait for its peers' reports to go
+// through git (a push and a fetch, each way): a node whose instance waits
+// to drain asks the nodes whose newest reports still send it connections,
+// and a node that runs a replica of a Service in a rollout the nodes of
+// the replicas the rollout waits for (ask); each
 // answers with its newest report, signed with its report key, at once and
 // again at every change of its content for subscribeFor (offer). The
 // reports it receives are checked as those read from git are
 // (sync.VerifiedReport: bounded, signed by the node's report key when it
-// has one, parsed strictly) and handed to the reconciler's drains
-// (nodeexec.Desired.Acks), which count each node's newest report, from git
-// or from here; nothing else reads them. Without a ring, nothing is asked
-// and the drains read git alone.
+// has one, parsed strictly) and the planner counts each node's newest
+// report, from git or from here (withAcks). Only the reports of nodes
+// with a reportKey, signed, asked for within subscribeFor, count, each for
+// ackTTL: the ring's key vouches for a member, not for which one. Without
+// a ring, nothing is asked and the plans read git alone.
 //
 // Its goroutines (a receiver and ackSenders senders) are stopped and
 // waited for by close; the loop calls offer, ask, acks and setKeys (which
@@ -85,6 +94,11 @@ type drainAcks struct {
 	keys    sync.ReportKeys
 	nodes   map[string]bool // the inventory
 	got     map[string]report.Report
+	digest  map[string]string    // report.ContentDigest of got's
+	gotAt   map[string]time.Time // when each of got came: it counts for ackTTL
+	// refused is the last reason a node's report was refused, logged
+	// once as a warning (then at debug level while it stays the same).
+	refused map[string]string
 	queued  map[string]bool // "kind to": a message waiting for a sender
 
 	queue   chan [2]string // kind, to
@@ -97,7 +111,7 @@ func newDrainAcks(node string, signer ssh.Signer, ring *ringKeeper, log *slog.Lo
 	d := &drainAcks{
 		node: node, signer: signer, ring: ring, log: log, metrics: metrics,
 		subs: map[string]time.Time{}, asked: map[string]time.Time{}, waiting: map[string]bool{},
-		nodes: map[string]bool{}, got: map[string]report.Report{}, queued: map[string]bool{},
+		nodes: map[string]bool{}, got: map[string]report.Report{}, digest: map[string]string{}, gotAt: map[string]time.Time{}, refused: map[string]string{}, queued: map[string]bool{},
 		queue: make(chan [2]string, ackQueue), arrived: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	for _, e := range drainAckEvents {
@@ -117,8 +131,8 @@ func newDrainAcks(node string, signer ssh.Signer, ring *ringKeeper, log *slog.Lo
 	return d
 }
 
-// close stops the goroutines and waits for them (a send under way ends
-// within the ring's TCP timeout, or at once when the ring stops).
+// close stops the goroutines and waits for them: a send under way ends
+// within the ring's TCP timeout (dial and writes, gossip.Send).
 func (d *drainAcks) close() {
 	close(d.stop)
 	d.wg.Wait()
@@ -133,6 +147,12 @@ func (d *drainAcks) setKeys(keys sync.ReportKeys, m *render.Model) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if !sameKeys(d.keys, keys) {
+		// A report taken under a key that is gone must not count.
+		clear(d.got)
+		clear(d.digest)
+		clear(d.gotAt)
+	}
 	d.keys = keys
 	d.nodes = make(map[string]bool, len(m.Nodes))
 	for _, n := range m.Nodes {
@@ -142,6 +162,8 @@ func (d *drainAcks) setKeys(keys sync.ReportKeys, m *render.Model) {
 		maps.DeleteFunc(m, func(n string, _ time.Time) bool { return !d.nodes[n] })
 	}
 	maps.DeleteFunc(d.got, func(n string, _ report.Report) bool { return !d.nodes[n] })
+	maps.DeleteFunc(d.digest, func(n string, _ string) bool { return !d.nodes[n] })
+	maps.DeleteFunc(d.gotAt, func(n string, _ time.Time) bool { return !d.nodes[n] })
 }
 
 // offer takes the newest report the loop built, with its content digest:
@@ -181,6 +203,9 @@ func (d *drainAcks) ask(nodes []string) {
 	clear(d.waiting)
 	now := time.Now()
 	for _, n := range nodes {
+		if d.keys[n] == nil {
+			continue // its reports count from git only (take)
+		}
 		d.waiting[n] = true
 		if now.Sub(d.asked[n]) >= askEvery {
 			d.asked[n] = now
@@ -190,7 +215,8 @@ func (d *drainAcks) ask(nodes []string) {
 	}
 }
 
-// acks returns the newest report received from each node, in node order.
+// acks returns the newest report received from each node within ackTTL,
+// in node order.
 func (d *drainAcks) acks() []report.Report {
 	if d == nil {
 		return nil
@@ -199,9 +225,24 @@ func (d *drainAcks) acks() []report.Report {
 	defer d.mu.Unlock()
 	out := make([]report.Report, 0, len(d.got))
 	for _, n := range slices.Sorted(maps.Keys(d.got)) {
-		out = append(out, d.got[n])
+		if time.Since(d.gotAt[n]) <= ackTTL {
+			out = append(out, d.got[n])
+		}
 	}
 	return out
+}
+
+// has reports whether the newest report received from node says what
+// the content version digest (report.ContentDigest) does: the ring
+// announces that version once node pushed it, and a fetch of it would
+// bring nothing new.
+func (d *drainAcks) has(node, digest string) bool {
+	if d == nil || digest == "" {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.digest[node] == digest && time.Since(d.gotAt[node]) <= ackTTL
 }
 
 func (d *drainAcks) enqueueLocked(kind, to string) {
@@ -317,7 +358,8 @@ func (d *drainAcks) receive() {
 		switch m.Kind {
 		case askKind:
 			d.mu.Lock()
-			if d.nodes[m.From] {
+			// Unsigned, this node's reports would be refused (take).
+			if d.nodes[m.From] && d.signer != nil {
 				d.subs[m.From] = time.Now().Add(subscribeFor)
 				d.enqueueLocked(ackKind, m.From)
 			}
@@ -332,11 +374,18 @@ func (d *drainAcks) receive() {
 
 func (d *drainAcks) take(m gossip.Message) {
 	d.mu.Lock()
-	keys, listed := d.keys, d.nodes[m.From]
+	keys, listed, asked := d.keys, d.nodes[m.From], d.asked[m.From]
 	d.mu.Unlock()
 	r, err := func() (report.Report, error) {
-		if !listed {
+		switch {
+		case !listed:
 			return report.Report{}, fmt.Errorf("not a node of the applied commit's inventory")
+		case keys[m.From] == nil:
+			// The ring's key vouches for a member, not for which one:
+			// only a report signed with the node's own key speaks for it.
+			return report.Report{}, fmt.Errorf("the node has no reportKey: its reports count from git only")
+		case time.Since(asked) > subscribeFor:
+			return report.Report{}, fmt.Errorf("not asked for within %s", subscribeFor)
 		}
 		data, sig, err := decodeAck(m.Body)
 		if err != nil {
@@ -344,20 +393,30 @@ func (d *drainAcks) take(m gossip.Message) {
 		}
 		return sync.VerifiedReport(data, sig, m.From, keys)
 	}()
-	if err != nil {
-		d.metrics.DrainAcks.WithLabelValues("rejected").Inc()
-		d.log.Warn("drain acknowledgement refused", "from", m.From, "err", err)
-		return
-	}
-	d.metrics.DrainAcks.WithLabelValues("received").Inc()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if cur, ok := d.got[m.From]; ok && !planner.Newer(&r, &cur) {
+	if err != nil {
+		d.metrics.DrainAcks.WithLabelValues("rejected").Inc()
+		level := slog.LevelWarn
+		if d.refused[m.From] == err.Error() {
+			level = slog.LevelDebug // said once already
+		}
+		d.refused[m.From] = err.Error()
+		d.log.Log(context.Background(), level, "report over the gossip ring refused", "from", m.From, "err", err)
 		return
 	}
-	d.got[m.From] = r
-	d.log.Debug("report received over the gossip ring", "from", m.From, "time", r.Time, "waited for", d.waiting[m.From])
-	if d.waiting[m.From] {
+	delete(d.refused, m.From)
+	if cur, ok := d.got[m.From]; ok && time.Since(d.gotAt[m.From]) <= ackTTL && !planner.Newer(&r, &cur) {
+		return // older than the one held
+	}
+	digest := report.ContentDigest(r)
+	news := digest != d.digest[m.From]
+	d.got[m.From], d.digest[m.From], d.gotAt[m.From] = r, digest, time.Now()
+	d.metrics.DrainAcks.WithLabelValues("received").Inc()
+	d.log.Debug("report received over the gossip ring", "from", m.From, "time", r.Time, "news", news)
+	if news && d.waiting[m.From] {
+		// Only a change can end a wait: the same content dated later
+		// (an answer to a repeated ask) is no reason for a pass.
 		select {
 		case d.arrived <- struct{}{}:
 		default:

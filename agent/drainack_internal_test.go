@@ -135,24 +135,33 @@ func TestDrainAcksOverTheRing(t *testing.T) {
 			t.Fatalf("n1 asked %v times, n2 answered %v times: want 1 and 2", asked, answered)
 		}
 	}
-	// Asked again within askEvery: nothing sent.
+	// Asked again within askEvery: nothing queued.
 	n1.d.ask([]string{"n2"})
-	if got := testutil.ToFloat64(n1.metrics.DrainAcks.WithLabelValues("asked")); got != 1 {
-		t.Errorf("asked again within %v", askEvery)
+	if n := len(n1.d.queue); n != 0 {
+		t.Errorf("asked again within %v: %d messages queued", askEvery, n)
 	}
+	// The same content dated later (an answer to a repeated ask) is taken
+	// but wakes no pass; a change does.
+	for len(n1.d.arrived) > 0 {
+		<-n1.d.arrived
+	}
+	same := dropped
+	same.Time = dropped.Time.Add(time.Second)
+	n1.d.take(gossip.Message{From: "n2", Kind: ackKind, Body: encodeSigned(t, same, s2)})
+	if len(n1.d.arrived) != 0 {
+		t.Error("the same content dated later woke the loop")
+	}
+	changed := same
+	changed.Time, changed.Services = same.Time.Add(time.Second), nil
+	n1.d.take(gossip.Message{From: "n2", Kind: ackKind, Body: encodeSigned(t, changed, s2)})
+	if len(n1.d.arrived) != 1 {
+		t.Error("a change from a node waited for did not wake the loop")
+	}
+	dropped = changed
 
 	// What fails the checks is refused, and an older report never
 	// replaces a newer one.
-	signed := func(r report.Report, s ssh.Signer) []byte {
-		data := r.Marshal()
-		var sig []byte
-		if s != nil {
-			if sig, err = sync.SignReport(data, s); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return encodeAck(data, sig)
-	}
+	signed := func(r report.Report, s ssh.Signer) []byte { return encodeSigned(t, r, s) }
 	later := reportAt("n2", t0.Add(time.Hour))
 	for name, msg := range map[string]gossip.Message{
 		"signed by another node's key": {From: "n2", Kind: ackKind, Body: signed(later, s1)},
@@ -172,6 +181,31 @@ func TestDrainAcksOverTheRing(t *testing.T) {
 	if acks := n1.d.acks(); len(acks) != 1 || !acks[0].Time.Equal(dropped.Time) {
 		t.Errorf("an older report replaced the newest: %+v", acks)
 	}
+	// Not asked for (or asked longer ago than subscribeFor): refused.
+	n1.d.mu.Lock()
+	n1.d.asked["n2"] = time.Now().Add(-subscribeFor - time.Second)
+	n1.d.mu.Unlock()
+	before := testutil.ToFloat64(n1.metrics.DrainAcks.WithLabelValues("rejected"))
+	n1.d.take(gossip.Message{From: "n2", Kind: ackKind, Body: signed(reportAt("n2", t0.Add(2*time.Hour)), s2)})
+	if got := testutil.ToFloat64(n1.metrics.DrainAcks.WithLabelValues("rejected")); got != before+1 {
+		t.Error("a report not asked for was taken")
+	}
+	// A report counts for ackTTL.
+	n1.d.mu.Lock()
+	n1.d.gotAt["n2"] = time.Now().Add(-ackTTL - time.Second)
+	n1.d.mu.Unlock()
+	if acks := n1.d.acks(); len(acks) != 0 {
+		t.Errorf("a report older than ackTTL still counts: %+v", acks)
+	}
+	// Keys that change drop what was taken under the old ones.
+	n1.d.mu.Lock()
+	n1.d.gotAt["n2"] = time.Now()
+	n1.d.mu.Unlock()
+	n1.d.setKeys(sync.ReportKeys{"n1": s1.PublicKey(), "n2": s1.PublicKey()}, m)
+	if acks := n1.d.acks(); len(acks) != 0 {
+		t.Errorf("a report taken under a key since rotated still counts: %+v", acks)
+	}
+	n1.d.setKeys(keys, m)
 	// A node that leaves the inventory leaves the acks.
 	delete(files, "nodes/n2.yaml")
 	m2, err := render.Render(files)
@@ -190,8 +224,11 @@ func TestWithAcks(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	peers := []report.Report{reportAt("n2", t0), reportAt("n3", t0)}
 	acks := []report.Report{reportAt("n1", t0.Add(time.Hour)), reportAt("n2", t0.Add(time.Second)), reportAt("n3", t0.Add(-time.Second)), reportAt("n4", t0)}
-	got := withAcks(peers, acks, "n1")
+	got, merged := withAcks(slices.Clone(peers), acks, "n1", t0.Add(time.Minute))
 	want := map[string]time.Time{"n2": t0.Add(time.Second), "n3": t0, "n4": t0}
+	if !merged {
+		t.Error("n2's and n4's reports over the ring not merged")
+	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d reports: %+v", len(got), got)
 	}
@@ -199,6 +236,11 @@ func TestWithAcks(t *testing.T) {
 		if !r.Time.Equal(want[r.Node]) {
 			t.Errorf("%s: report of %v, want %v", r.Node, r.Time, want[r.Node])
 		}
+	}
+	// Past the limit (the last fetch plus the clock lead: git has been
+	// unreachable a while) a report over the ring does not count.
+	if got, merged := withAcks(slices.Clone(peers), acks, "n1", t0.Add(-time.Millisecond)); merged || !got[0].Time.Equal(t0) || len(got) != 2 {
+		t.Errorf("reports past the limit merged: %+v", got)
 	}
 }
 
@@ -222,4 +264,17 @@ func TestRolloutWaits(t *testing.T) {
 			t.Errorf("%s asks %v, want %v", node, got, want)
 		}
 	}
+}
+
+func encodeSigned(t *testing.T, r report.Report, s ssh.Signer) []byte {
+	t.Helper()
+	data := r.Marshal()
+	var sig []byte
+	if s != nil {
+		var err error
+		if sig, err = sync.SignReport(data, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return encodeAck(data, sig)
 }

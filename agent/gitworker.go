@@ -68,13 +68,14 @@ type gitWorker struct {
 	}
 	agent   *Agent
 	fetched chan fetchResult
+	// acks are the reports received over the ring: a report the ring
+	// announces that came that way already is not fetched (nil: none).
+	acks *drainAcks
 
 	wake chan struct{}
 	mu   gosync.Mutex
-	// Pending work, coalesced: one fetch; wantAll asks it for every ref
-	// (fetchAll).
+	// Pending work, coalesced: one fetch.
 	wantFetch    bool
-	wantAll      bool
 	cluster      render.Cluster
 	applied      string // the last applied commit, for the rewind check
 	keys         sync.ReportKeys
@@ -99,7 +100,7 @@ type gitWorker struct {
 // closed once it has.
 func newGitWorker(ctx context.Context, a *Agent) (*gitWorker, error) {
 	w := &gitWorker{
-		opts: a.opts, log: a.log, agent: a,
+		opts: a.opts, log: a.log, agent: a, acks: a.acks,
 		fetched: make(chan fetchResult),
 		wake:    make(chan struct{}, 1), cluster: a.cluster, done: make(chan struct{}),
 		opened: map[string]*providers.Bundle{}, digests: map[string]string{}, tips: map[string]bool{},
@@ -112,18 +113,9 @@ func newGitWorker(ctx context.Context, a *Agent) (*gitWorker, error) {
 }
 
 // fetch asks for a fetch; requests made while one runs collapse into one.
-func (w *gitWorker) fetch() { w.request(false) }
-
-// fetchAll asks for a fetch of every ref, even with a ring (see wants):
-// the file watch or a webhook saw refs move, and a report pushed a moment
-// ago is not announced on the ring yet (a gossip round or two), so the
-// ring would have the fetch skip the very change that woke it.
-func (w *gitWorker) fetchAll() { w.request(true) }
-
-func (w *gitWorker) request(all bool) {
+func (w *gitWorker) fetch() {
 	w.mu.Lock()
 	w.wantFetch = true
-	w.wantAll = w.wantAll || all
 	w.cluster = w.agent.cluster
 	w.applied = w.agent.appliedCommit()
 	w.keys = w.agent.reportKeys
@@ -154,7 +146,7 @@ func (w *gitWorker) stale(v gossip.View) bool {
 		switch {
 		case m.Since.After(w.fetchedAt):
 			return true
-		case m.Alive && m.HasMeta && m.Meta.Report != "" && m.Meta.Report != w.digests[name]:
+		case m.Alive && m.HasMeta && m.Meta.Report != "" && m.Meta.Report != w.digests[name] && !w.acks.has(name, m.Meta.Report):
 			return true
 		case m.HasMeta && m.Meta.Tip != "" && !w.tips[m.Meta.Tip]:
 			return true
@@ -177,7 +169,7 @@ func (w *gitWorker) wants(v gossip.View, prefix string) func(plumbing.ReferenceN
 			return true
 		}
 		m, known := v.Members[node]
-		return !known || !m.Alive || !m.HasMeta || m.Meta.Report == "" || m.Meta.Report != digests[node]
+		return !known || !m.Alive || !m.HasMeta || m.Meta.Report == "" || (m.Meta.Report != digests[node] && !w.acks.has(node, m.Meta.Report))
 	}
 }
 
@@ -207,8 +199,8 @@ func (w *gitWorker) run(ctx context.Context) {
 		case <-w.wake:
 		}
 		w.mu.Lock()
-		doFetch, all, cluster, applied, keys, model := w.wantFetch, w.wantAll, w.cluster, w.applied, w.keys, w.model
-		w.wantFetch, w.wantAll = false, false
+		doFetch, cluster, applied, keys, model := w.wantFetch, w.cluster, w.applied, w.keys, w.model
+		w.wantFetch = false
 		w.mu.Unlock()
 		prefix := cluster.ReportRefPrefix
 		if prefix == "" {
@@ -228,7 +220,7 @@ func (w *gitWorker) run(ctx context.Context) {
 		}
 		if now := time.Now(); now.Before(notBefore) {
 			// Backing off after a failure: try again when the delay is over.
-			time.AfterFunc(notBefore.Sub(now), func() { w.fetchLater(all) })
+			time.AfterFunc(notBefore.Sub(now), w.fetchLater)
 			continue
 		}
 		start, started := time.Now(), w.opts.Now()
@@ -236,7 +228,7 @@ func (w *gitWorker) run(ctx context.Context) {
 		// members' view is taken before the fetch begins, so that what
 		// changes during it is fetched next time.
 		var want func(plumbing.ReferenceName, plumbing.Hash) bool
-		if view, on := w.agent.ring.members(); on && cluster.Gossip != nil && !first && !all {
+		if view, on := w.agent.ring.members(); on && cluster.Gossip != nil && !first {
 			want = w.wants(view, prefix)
 		}
 
@@ -276,10 +268,9 @@ func (w *gitWorker) run(ctx context.Context) {
 	}
 }
 
-func (w *gitWorker) fetchLater(all bool) {
+func (w *gitWorker) fetchLater() {
 	w.mu.Lock()
 	w.wantFetch = true
-	w.wantAll = w.wantAll || all
 	w.mu.Unlock()
 	w.poke()
 }

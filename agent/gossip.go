@@ -139,8 +139,7 @@ func (k *ringKeeper) startLocked(at netip.AddrPort, cluster string) error {
 			case m := <-ring.Messages():
 				select {
 				case k.messages <- m:
-				case <-stop:
-					return
+				default: // the receiver is behind: the senders repeat what matters
 				}
 			}
 		}

@@ -70,6 +70,15 @@ func TestGossipWantsAndStale(t *testing.T) {
 		t.Error("a died after the last fetch began (it may still push): not stale")
 	}
 	v.Members["a"] = member(true, d1, t0.Add(-time.Hour))
+	// A version announced that came over the ring already (drainAcks) is
+	// neither fetched nor news.
+	v.Members["b"] = member(true, d2, t0.Add(-time.Hour))
+	w.acks = &drainAcks{digest: map[string]string{"b": d2}, gotAt: map[string]time.Time{"b": time.Now()}}
+	if w.stale(v) || w.wants(v, prefix)(plumbing.ReferenceName(prefix+"b"), plumbing.ZeroHash) {
+		t.Error("b's announced report came over the ring: still stale, or fetched")
+	}
+	w.acks = nil
+	v.Members["b"] = member(true, d1, t0.Add(-time.Hour))
 	m := v.Members["b"]
 	m.Meta.Tip = strings.Repeat("b", 40)
 	if v.Members["b"] = m; !w.stale(v) {

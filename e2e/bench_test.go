@@ -33,14 +33,16 @@ func BenchmarkPushToConverged(b *testing.B) {
 }
 
 // benchPushToConverged runs BenchmarkPushToConverged with the agents'
-// extra args, and with the gossip ring on (the drains then take their
-// acknowledgements over it, docs/agent.md "Drains") or off.
+// extra args, and with the gossip ring on and signed reports (the drains
+// and rollout steps then take their reports over it, docs/agent.md
+// "Gossip") or off.
 func benchPushToConverged(b *testing.B, args []string, gossip bool) {
 	c := newCluster(b, 10*time.Minute, localcluster.Options{
-		Poll:      time.Second,
-		Gossip:    gossip,
-		AgentArgs: args,
-		Files:     map[string]string{"apps/web.yaml": webService(3, "base/demo", "v0")},
+		Poll:       time.Second,
+		Gossip:     gossip,
+		ReportKeys: gossip, // the ring carries signed reports only
+		AgentArgs:  args,
+		Files:      map[string]string{"apps/web.yaml": webService(3, "base/demo", "v0")},
 	})
 	c.converge("first commit")
 	var took []time.Duration

@@ -417,14 +417,15 @@ func (z *zeroDowntime) checkPlanWarns() {
 	})
 }
 
-// TestZeroDowntimeGossip: with the gossip ring on, the drains and the
-// rollout steps take their acknowledgements over it (the nodes' signed
-// reports, drainAcks) rather than from git; a rolling env change under
-// load still fails no request, and the reports did come over the ring.
+// TestZeroDowntimeGossip: with the gossip ring on and signed reports, the
+// drains and the rollout steps take their acknowledgements over it (the
+// nodes' signed reports, drainAcks) rather than from git; a rolling env
+// change under load still fails no request, and reports came over the
+// ring and were taken, none refused.
 func TestZeroDowntimeGossip(t *testing.T) {
 	t.Parallel()
 	base := web{replicas: 3, image: "base/demo", greeting: "hello"}
-	c := newCluster(t, 5*time.Minute, localcluster.Options{Gossip: true, Files: map[string]string{"apps/web.yaml": base.yaml()}})
+	c := newCluster(t, 5*time.Minute, localcluster.Options{Gossip: true, ReportKeys: true, Files: map[string]string{"apps/web.yaml": base.yaml()}})
 	c.converge("first commit")
 	target := net.JoinHostPort(c.model().Service("web").VIP.Addr.String(), itoa(webPort))
 	z := &zeroDowntime{c: c, t: t, target: target, current: base}

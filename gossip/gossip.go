@@ -305,8 +305,16 @@ func Start(cfg Config) (*Ring, error) {
 	r.peers[cfg.Node] = netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port))
 	r.started = cfg.Now()
 	r.meta = cfg.Meta
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gossip on %s: %w", netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port)), err)
+	}
+	mc.Transport = &deadlineTransport{NetTransport: nt, timeout: mc.TCPTimeout}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		_ = nt.Shutdown()
 		return nil, fmt.Errorf("gossip on %s: %w", netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port)), err)
 	}
 	r.ml = ml

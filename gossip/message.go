@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
+	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // Message is what one member sends another directly (Send), over the
@@ -59,13 +63,39 @@ func parseMessage(b []byte) (Message, bool) {
 	return Message{Kind: string(f[1]), From: string(f[2]), Body: bytes.Clone(body)}, true
 }
 
+// deadlineTransport is memberlist's TCP and UDP transport, with a
+// deadline on each connection it dials: memberlist bounds the dial of a
+// direct message by its TCP timeout but not the writes, so a peer that
+// stops reading (frozen, or its buffers full) would hold the sender for
+// good.
+type deadlineTransport struct {
+	*memberlist.NetTransport
+	timeout time.Duration
+}
+
+func (t *deadlineTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	conn, err := t.NetTransport.DialAddressTimeout(a, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.SetDeadline(time.Now().Add(max(timeout, t.timeout))); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (t *deadlineTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	return t.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
+}
+
 // ErrNotMember is Send's error for a node the ring does not hold alive.
 var ErrNotMember = errors.New("not an alive member of the ring")
 
 // Send sends a message of kind with body to the member named to, over TCP
 // (memberlist's reliable stream). It blocks until the message is written
-// or the ring's TCP timeout passes: call it off any loop that must not
-// wait. Only an inventory node the ring holds alive, at its inventory
+// or the ring's TCP timeout (10 s by default) passes, dial and writes
+// together: call it off any loop that must not wait. Only an inventory node the ring holds alive, at its inventory
 // address, is sent to.
 func (r *Ring) Send(to, kind string, body []byte) error {
 	b, err := encodeMessage(Message{From: r.cfg.Node, Kind: kind, Body: body})
@@ -73,20 +103,19 @@ func (r *Ring) Send(to, kind string, body []byte) error {
 		return err
 	}
 	r.mu.Lock()
-	_, listed := r.peers[to]
+	at, listed := r.peers[to]
+	alive := r.members[to].Alive
 	r.mu.Unlock()
-	if !listed || to == r.cfg.Node {
+	if !listed || !alive || to == r.cfg.Node {
 		return fmt.Errorf("gossip message to %s: %w", to, ErrNotMember)
 	}
-	for _, n := range r.ml.Members() {
-		if n.Name == to {
-			if err := r.ml.SendReliable(n, b); err != nil {
-				return fmt.Errorf("gossip message to %s: %w", to, err)
-			}
-			return nil
-		}
+	// The member's inventory address, the only one it is admitted at
+	// (memberlist's own Node may be rewritten while it is read).
+	n := &memberlist.Node{Name: to, Addr: at.Addr().AsSlice(), Port: at.Port()}
+	if err := r.ml.SendReliable(n, b); err != nil {
+		return fmt.Errorf("gossip message to %s: %w", to, err)
 	}
-	return fmt.Errorf("gossip message to %s: %w", to, ErrNotMember)
+	return nil
 }
 
 // Messages delivers the messages the members send this node: from
