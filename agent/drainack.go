@@ -88,14 +88,13 @@ type drainAcks struct {
 		of   *report.Report
 		body []byte
 	}
-	subs    map[string]time.Time // node → until when it asked for this node's changes
-	asked   map[string]time.Time // node → when this node last asked it
-	waiting map[string]bool      // the nodes the last pass's drains wait for
-	keys    sync.ReportKeys
-	nodes   map[string]bool // the inventory
-	got     map[string]report.Report
-	digest  map[string]string    // report.ContentDigest of got's
-	gotAt   map[string]time.Time // when each of got came: it counts for ackTTL
+	subs   map[string]time.Time // node → until when it asked for this node's changes
+	asked  map[string]time.Time // node → when this node last asked it
+	keys   sync.ReportKeys
+	nodes  map[string]bool // the inventory
+	got    map[string]report.Report
+	digest map[string]string    // report.ContentDigest of got's
+	gotAt  map[string]time.Time // when each of got came: it counts for ackTTL
 	// refused is the last reason a node's report was refused, logged
 	// once as a warning (then at debug level while it stays the same).
 	refused map[string]string
@@ -110,7 +109,7 @@ type drainAcks struct {
 func newDrainAcks(node string, signer ssh.Signer, ring *ringKeeper, log *slog.Logger, metrics *Metrics) *drainAcks {
 	d := &drainAcks{
 		node: node, signer: signer, ring: ring, log: log, metrics: metrics,
-		subs: map[string]time.Time{}, asked: map[string]time.Time{}, waiting: map[string]bool{},
+		subs: map[string]time.Time{}, asked: map[string]time.Time{},
 		nodes: map[string]bool{}, got: map[string]report.Report{}, digest: map[string]string{}, gotAt: map[string]time.Time{}, refused: map[string]string{}, queued: map[string]bool{},
 		queue: make(chan [2]string, ackQueue), arrived: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
@@ -190,23 +189,22 @@ func (d *drainAcks) offer(r report.Report, digest string) {
 	}
 }
 
-// ask asks the nodes a drain waits for (nodeexec.Result.DrainWaits) for
-// their reports, each at most once every askEvery; a report from one of
-// them then wakes the loop (arrived). Called after every pass (an empty
-// list when nothing drains, or without a ring).
+// ask asks the nodes a drain or a rollout step waits for
+// (nodeexec.Result.DrainWaits, rolloutWaits) for their reports, each at
+// most once every askEvery; a change in one of the reports that come then
+// wakes the loop (arrived). Called after every pass (an empty list when
+// nothing waits, or without a ring).
 func (d *drainAcks) ask(nodes []string) {
 	if d == nil {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	clear(d.waiting)
 	now := time.Now()
 	for _, n := range nodes {
 		if d.keys[n] == nil {
 			continue // its reports count from git only (take)
 		}
-		d.waiting[n] = true
 		if now.Sub(d.asked[n]) >= askEvery {
 			d.asked[n] = now
 			d.log.Debug("asking a node for its report over the gossip ring", "to", n)
@@ -414,9 +412,11 @@ func (d *drainAcks) take(m gossip.Message) {
 	d.got[m.From], d.digest[m.From], d.gotAt[m.From] = r, digest, time.Now()
 	d.metrics.DrainAcks.WithLabelValues("received").Inc()
 	d.log.Debug("report received over the gossip ring", "from", m.From, "time", r.Time, "news", news)
-	if news && d.waiting[m.From] {
-		// Only a change can end a wait: the same content dated later
-		// (an answer to a repeated ask) is no reason for a pass.
+	if news {
+		// A change from a node this node asked (take checks it) may
+		// release a replica or end a drain, whichever this node waits for
+		// now; the same content dated later (an answer to a repeated ask)
+		// is no reason for a pass.
 		select {
 		case d.arrived <- struct{}{}:
 		default:
