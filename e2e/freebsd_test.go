@@ -219,8 +219,16 @@ func TestFreeBSDCrashPoints(t *testing.T) {
 				t.Errorf("%s: jail %s has processes %v at the crash", point, name, atCrash[name])
 			}
 		}
-		for _, l := range host.LeaksExpect(fbsdsimExpect(c, jails, all)) {
-			t.Errorf("%s: at the crash: leak: %s", point, l)
+		if j := host.Jails["keel-"+extra]; point == nodeexec.CrashBeforeReportPush && (j == nil || len(atCrash["keel-"+extra]) == 0) {
+			// Killed while provisioning (a busy machine: the first push
+			// waits opSettle at most for the operation): its epair, root
+			// or mounts may be there without the running jail. The
+			// restart must finish or undo it: checkHosts below.
+			t.Logf("%s: %s was being provisioned at the crash", point, extra)
+		} else {
+			for _, l := range host.LeaksExpect(fbsdsimExpect(c, jails, all)) {
+				t.Errorf("%s: at the crash: leak: %s", point, l)
+			}
 		}
 
 		if err := c.Start(victim); err != nil {
