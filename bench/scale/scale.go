@@ -229,7 +229,16 @@ func runIn(ctx context.Context, cfg config, out io.Writer) (*stats, error) {
 		backend.ServeHTTP(w, r)
 	})}
 	go srv.Serve(ln)
-	defer srv.Close()
+	defer func() {
+		// Shutdown, unlike Close, waits for the requests in flight: a
+		// git-http-backend still writing objects into the repository when
+		// the run returns races its caller's removal of the directory.
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			srv.Close()
+		}
+	}()
 	url := "http://" + ln.Addr().String() + "/" + filepath.Base(bare)
 
 	for i := range cfg.nodes {
