@@ -375,7 +375,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// announce and send through it. The acknowledgements come before the
 	// git worker, which reads what came over the ring.
 	defer a.ring.close()
-	a.acks = newDrainAcks(a.opts.Node, a.opts.ReportSigner, a.ring, a.log, a.metrics)
+	a.acks = newDrainAcks(a.opts.ReportSigner, a.ring, a.log, a.metrics)
 	defer a.acks.close()
 	gctx, cancelGit := context.WithCancel(context.Background())
 	a.git, err = newGitWorker(gctx, a)

@@ -73,7 +73,6 @@ var drainAckEvents = []string{"asked", "answered", "received", "rejected", "send
 // do nothing on a nil drainAcks: an agent not running), and learns of a
 // report that may end a drain on arrived.
 type drainAcks struct {
-	node    string
 	signer  ssh.Signer
 	ring    *ringKeeper
 	log     *slog.Logger
@@ -106,9 +105,9 @@ type drainAcks struct {
 	wg      gosync.WaitGroup
 }
 
-func newDrainAcks(node string, signer ssh.Signer, ring *ringKeeper, log *slog.Logger, metrics *Metrics) *drainAcks {
+func newDrainAcks(signer ssh.Signer, ring *ringKeeper, log *slog.Logger, metrics *Metrics) *drainAcks {
 	d := &drainAcks{
-		node: node, signer: signer, ring: ring, log: log, metrics: metrics,
+		signer: signer, ring: ring, log: log, metrics: metrics,
 		subs: map[string]time.Time{}, asked: map[string]time.Time{},
 		nodes: map[string]bool{}, got: map[string]report.Report{}, digest: map[string]string{}, gotAt: map[string]time.Time{}, refused: map[string]string{}, queued: map[string]bool{},
 		queue: make(chan [2]string, ackQueue), arrived: make(chan struct{}, 1), stop: make(chan struct{}),

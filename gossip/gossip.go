@@ -7,9 +7,10 @@
 // saw, so that a node fetches from git when a peer's report changed, not
 // on every poll. Members also send each other direct messages (Send,
 // Messages): the agents acknowledge a drain with their signed reports.
-// Durable state stays in git: the ring holds nothing that is not also in
-// the repository, and a cluster without it falls back to the reports' ages
-// and acknowledgements read from git (docs/agent.md, "Gossip").
+// Durable state stays in git: each node pushes its newest report there
+// too (the ring may carry changes in between that git never sees), and a
+// cluster without a ring falls back to the reports' ages and to
+// acknowledgements read from git (docs/agent.md, "Gossip").
 //
 // Every message is encrypted and authenticated with a key from a
 // node-local file (ReadKeys); only the nodes of the inventory, at their
