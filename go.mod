@@ -7,6 +7,7 @@ require (
 	github.com/ProtonMail/go-crypto v1.1.6
 	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/chromedp/chromedp v0.23.1
+	github.com/distribution/reference v0.6.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-acme/lego/v5 v5.6.0
 	github.com/go-git/go-git/v5 v5.19.3
@@ -14,6 +15,7 @@ require (
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/hiddeco/sshsig v0.2.0
 	github.com/miekg/dns v1.1.73
+	github.com/opencontainers/go-digest v1.0.0
 	github.com/ovh/go-ovh v1.9.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0

@@ -1785,6 +1785,30 @@ spec:
 		want: []corpusDiag{{"jails/tools.yaml", 6, 3, "spec.image", "an image is required (e.g. base/14.2-web)"}},
 	},
 	{
+		name: "OCI image pinned by tag only",
+		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1
+kind: Service
+metadata:
+  name: web
+spec:
+  port: 8080
+  template:
+    image: oci://registry.example.org/team/web:v2
+`},
+		want: []corpusDiag{{"apps/web.yaml", 8, 12, "spec.template.image", `"oci://registry.example.org/team/web:v2" is pinned by tag (v2), which can move: pin it by digest: oci://<registry>/<repository>@sha256:<64 hex digits>`}},
+	},
+	{
+		name: "OCI image without a registry",
+		files: map[string]string{"jails/tools.yaml": `apiVersion: keel/v1
+kind: Jail
+metadata:
+  name: tools
+spec:
+  image: oci://team/web@sha256:` + strings.Repeat("ab", 32) + `
+`},
+		want: []corpusDiag{{"jails/tools.yaml", 6, 10, "spec.image", `names no registry: write it out, as in oci://docker.io/library/team/web@sha256:…`}},
+	},
+	{
 		name: "env key with the KEEL_ prefix",
 		files: map[string]string{"apps/web.yaml": `apiVersion: keel/v1
 kind: Service

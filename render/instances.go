@@ -30,7 +30,7 @@ func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Posit
 		Resources:     Resources{CPU: in.Resources.CPU, Memory: in.Resources.Memory},
 		RestartPolicy: in.RestartPolicy,
 	}
-	if msg := checkImage(in.Image); msg != "" {
+	if _, msg := parseImage(in.Image); msg != "" {
 		errorf("image", "%s", msg)
 	}
 	if len(s.Command) == 0 {

@@ -487,6 +487,9 @@ func jexecArgv(name string, env, command []string) ([]string, error) {
 
 // checkSpec validates what Start turns into datasets, paths and argv.
 func (d *Driver) checkSpec(spec nodeexec.InstanceSpec) error {
+	if strings.HasPrefix(spec.Spec.Image, render.OCIPrefix) {
+		return fmt.Errorf("image %s: the freebsd driver does not pull OCI images yet", spec.Spec.Image)
+	}
 	if err := render.CheckImage(spec.Spec.Image); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}

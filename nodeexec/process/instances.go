@@ -609,6 +609,9 @@ func (d *Driver) ensureRoot(name, image string) (string, error) {
 		return "", err
 	}
 	src := ""
+	if strings.HasPrefix(image, render.OCIPrefix) {
+		return "", fmt.Errorf("image %s: the process driver does not pull OCI images yet", image)
+	}
 	if image != "" {
 		img, err := d.imageDir(image)
 		if err != nil {
