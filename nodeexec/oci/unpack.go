@@ -1,0 +1,349 @@
+package oci
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+)
+
+// maxEntries bounds the files, directories and links of an image.
+const maxEntries = 4 << 20
+
+// Whiteouts (the OCI image spec's layer format): a file .wh.<name>
+// removes <name> of the layers below; .wh..wh..opq makes its directory
+// opaque: what the layers below put in it is gone.
+const (
+	whiteoutPrefix = ".wh."
+	opaqueMarker   = ".wh..wh..opq"
+)
+
+// Unpack writes img's file system into dir, an empty directory: its
+// layers in order, each over the ones below. It stops at the first
+// entry it refuses, and the caller throws dir away then. max bounds the
+// bytes of the files written (0: DefaultMaxUnpacked).
+func Unpack(ctx context.Context, img *Image, dir string, max int64) error {
+	if max <= 0 {
+		max = DefaultMaxUnpacked
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	u := &unpacker{ctx: ctx, root: root, left: max, entries: maxEntries, chown: os.Geteuid() == 0}
+	for _, l := range img.Layers {
+		if err := u.layer(l); err != nil {
+			return fmt.Errorf("layer %s: %w", l.Digest, err)
+		}
+	}
+	return u.finish()
+}
+
+// unpacker applies layers into root.
+type unpacker struct {
+	ctx     context.Context
+	root    *os.Root
+	left    int64 // bytes that files may still take
+	entries int
+	chown   bool // running as root: ownership is kept
+	// dirs are the directories' metadata, applied at the end (deepest
+	// first) so that a read-only directory never blocks what goes in it.
+	dirs map[string]*tar.Header
+	// layerPaths are the paths the current layer wrote and their parents:
+	// an opaque marker removes only what the layers below put there.
+	layerPaths map[string]bool
+}
+
+// layer applies one layer.
+func (u *unpacker) layer(l Layer) error {
+	f, err := os.Open(l.Path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// By its first bytes rather than its media type, which tools get
+	// wrong: the digest has pinned the bytes, whatever their label.
+	br := bufio.NewReader(f)
+	magic, _ := br.Peek(4)
+	var r io.Reader = br
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return err
+		}
+		defer zr.Close()
+		r = zr
+	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return err
+		}
+		defer zr.Close()
+		r = zr
+	}
+	u.layerPaths = map[string]bool{}
+	tr := tar.NewReader(r)
+	for {
+		if err := u.ctx.Err(); err != nil {
+			return err
+		}
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the tar: %w", err)
+		}
+		if u.entries--; u.entries < 0 {
+			return fmt.Errorf("more than %d entries", maxEntries)
+		}
+		if err := u.entry(h, tr); err != nil {
+			return fmt.Errorf("%q: %w", h.Name, err)
+		}
+	}
+}
+
+// cleanName is an entry's path relative to the root, or an error for a
+// path that is absolute or climbs out with "..". "." is the root itself.
+func cleanName(p string) (string, error) {
+	if strings.ContainsRune(p, 0) {
+		return "", errors.New("a NUL byte in the path")
+	}
+	if strings.HasPrefix(p, "/") {
+		return "", errors.New("an absolute path: refused")
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == ".." {
+			return "", errors.New(`a path with "..": refused`)
+		}
+	}
+	return path.Clean(p), nil
+}
+
+func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
+	if h.Typeflag == tar.TypeXGlobalHeader {
+		return nil
+	}
+	name, err := cleanName(h.Name)
+	if err != nil {
+		return err
+	}
+	dir, base := path.Split(name)
+	dir = path.Clean(dir)
+	if base == opaqueMarker {
+		return u.opaque(dir)
+	}
+	if target, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
+		if target == "" || target == "." || target == ".." {
+			return errors.New("a whiteout of nothing: refused")
+		}
+		return u.removeAll(path.Join(dir, target))
+	}
+	if name == "." {
+		if h.Typeflag != tar.TypeDir {
+			return errors.New("the root is not a directory: refused")
+		}
+		u.saveDir(name, h)
+		return nil
+	}
+	if err := u.parents(name); err != nil {
+		return err
+	}
+	u.mark(name)
+	switch h.Typeflag {
+	case tar.TypeDir:
+		if fi, err := u.root.Lstat(name); err == nil && !fi.IsDir() {
+			if err := u.root.Remove(name); err != nil {
+				return err
+			}
+		}
+		if err := u.root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		u.saveDir(name, h)
+		return nil
+	case tar.TypeReg, tar.TypeRegA:
+		if err := u.replace(name); err != nil {
+			return err
+		}
+		if h.Size > u.left {
+			return fmt.Errorf("the image unpacks to more than the %d bytes allowed", u.left)
+		}
+		f, err := u.root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		n, err := io.Copy(f, io.LimitReader(r, h.Size))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil && n != h.Size {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return err
+		}
+		u.left -= n
+		return u.meta(name, h)
+	case tar.TypeSymlink:
+		if err := u.replace(name); err != nil {
+			return err
+		}
+		// The target is kept as written: it is resolved inside the
+		// jail, and Unpack itself never follows a link out of the root.
+		if err := u.root.Symlink(h.Linkname, name); err != nil {
+			return err
+		}
+		if u.chown {
+			return u.root.Lchown(name, h.Uid, h.Gid)
+		}
+		return nil
+	case tar.TypeLink:
+		target, err := cleanName(h.Linkname)
+		if err != nil {
+			return fmt.Errorf("hard link to %q: %w", h.Linkname, err)
+		}
+		if fi, err := u.root.Lstat(target); err != nil || !fi.Mode().IsRegular() {
+			return fmt.Errorf("hard link to %q: not a file of the image", h.Linkname)
+		}
+		if err := u.replace(name); err != nil {
+			return err
+		}
+		return u.root.Link(target, name)
+	case tar.TypeChar, tar.TypeBlock:
+		return errors.New("a device node: refused (a jail's /dev is devfs)")
+	case tar.TypeFifo:
+		return errors.New("a FIFO: refused")
+	}
+	return fmt.Errorf("entry type %q: refused", h.Typeflag)
+}
+
+// parents creates the missing directories above name (mode 0755, as
+// tar does; a later entry for one sets its own).
+func (u *unpacker) parents(name string) error {
+	dir := path.Dir(name)
+	if dir == "." {
+		return nil
+	}
+	fi, err := u.root.Lstat(dir)
+	switch {
+	case err == nil && fi.IsDir():
+		return nil
+	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
+		// A link to a directory inside the root is followed (the root
+		// refuses one that leads out); to anything else, the write fails.
+		return nil
+	case err == nil:
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return u.root.MkdirAll(dir, 0o755)
+}
+
+// replace removes whatever a lower layer put at name, for a new entry.
+func (u *unpacker) replace(name string) error {
+	if _, err := u.root.Lstat(name); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return u.root.RemoveAll(name)
+}
+
+// removeAll is a whiteout: name and what is below it go.
+func (u *unpacker) removeAll(name string) error {
+	if err := u.root.RemoveAll(name); err != nil {
+		return err
+	}
+	for d := range u.dirs {
+		if d == name || strings.HasPrefix(d, name+"/") {
+			delete(u.dirs, d)
+		}
+	}
+	return nil
+}
+
+// opaque removes from dir what the layers below put there.
+func (u *unpacker) opaque(dir string) error {
+	f, err := u.root.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		u.mark(dir)
+		return u.root.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		p := path.Join(dir, n)
+		if !u.layerPaths[p] {
+			if err := u.removeAll(p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// mark records that the current layer wrote name, and so its parents.
+func (u *unpacker) mark(name string) {
+	for p := name; p != "." && !u.layerPaths[p]; p = path.Dir(p) {
+		u.layerPaths[p] = true
+	}
+}
+
+func (u *unpacker) saveDir(name string, h *tar.Header) {
+	if u.dirs == nil {
+		u.dirs = map[string]*tar.Header{}
+	}
+	u.dirs[name] = h
+}
+
+// meta sets a file's (or directory's) owner, mode (with setuid, setgid
+// and sticky) and modification time.
+func (u *unpacker) meta(name string, h *tar.Header) error {
+	if u.chown {
+		if err := u.root.Lchown(name, h.Uid, h.Gid); err != nil {
+			return err
+		}
+	}
+	// After chown, which clears setuid and setgid.
+	if err := u.root.Chmod(name, h.FileInfo().Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+		return err
+	}
+	if !h.ModTime.IsZero() {
+		return u.root.Chtimes(name, time.Time{}, h.ModTime)
+	}
+	return nil
+}
+
+// finish applies the directories' metadata, deepest first.
+func (u *unpacker) finish() error {
+	names := slices.Collect(maps.Keys(u.dirs))
+	slices.SortFunc(names, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	for _, n := range names {
+		if fi, err := u.root.Lstat(n); err != nil || !fi.IsDir() {
+			continue // replaced by a later layer's file
+		}
+		if err := u.meta(n, u.dirs[n]); err != nil {
+			return fmt.Errorf("%q: %w", n, err)
+		}
+	}
+	return nil
+}
