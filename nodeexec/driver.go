@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/render"
 )
 
@@ -168,4 +169,37 @@ type Execer interface {
 	// or because ctx ended. When ctx ends, the command and everything it
 	// started are killed before Exec returns.
 	Exec(ctx context.Context, name string, argv []string, maxOutput int) (code int, output []byte, err error)
+}
+
+// ImageStore is a driver that runs instances from OCI images (spec.image
+// oci://…): it keeps each image unpacked once, by digest, read-only, and
+// makes instance roots from it (hard links on the process driver, ZFS
+// clones on FreeBSD). The reconciler pulls an image's layers (package
+// oci) and adds it before it starts an instance from it. Implementations
+// are safe for concurrent use; AddImage of one digest is never called
+// twice at once.
+type ImageStore interface {
+	// HasImage reports whether the image of digest (sha256:<hex>, the
+	// one the spec names) is unpacked and ready for Start.
+	HasImage(ctx context.Context, digest string) (bool, error)
+	// AddImage unpacks img, whose layers are in the puller's cache, as
+	// its digest's image, at most maxUnpacked bytes of files; an image
+	// cut short (a crash, an error) is never taken for a whole one.
+	AddImage(ctx context.Context, img *oci.Image, maxUnpacked int64) error
+	// Images lists the images unpacked.
+	Images(ctx context.Context) ([]ImageInfo, error)
+	// RemoveImage removes an unpacked image. Roots made from it before
+	// are not changed.
+	RemoveImage(ctx context.Context, digest string) error
+}
+
+// ImageInfo is an unpacked image.
+type ImageInfo struct {
+	// Digest is the digest the spec names; Manifest the manifest's (they
+	// differ when Digest names an index).
+	Digest   string    `json:"digest"`
+	Manifest string    `json:"manifest"`
+	Size     int64     `json:"size"`     // its layers, compressed
+	Unpacked int64     `json:"unpacked"` // bytes of its files
+	Added    time.Time `json:"added"`
 }

@@ -160,6 +160,7 @@ func (r *Reconciler) work(ctx context.Context, o *operation) error {
 // collect takes back the operations that ended and folds their outcomes
 // into the state and r.folded, at now. Only the owner calls it.
 func (r *Reconciler) collect(now time.Time) {
+	r.collectPulls(now)
 	r.mu.Lock()
 	done := r.done
 	r.done = nil

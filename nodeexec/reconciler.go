@@ -15,6 +15,7 @@ import (
 	gosync "sync"
 	"time"
 
+	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
@@ -58,6 +59,12 @@ type Config struct {
 	// DrainTimeout bounds the wait for a serving instance's drain
 	// (DefaultDrainTimeout when zero).
 	DrainTimeout time.Duration
+	// Puller fetches the OCI images instances start from, into its
+	// cache, for the driver (an ImageStore) to unpack; nil: an instance
+	// whose spec.image is an OCI image cannot start (its report says
+	// why). MaxPulls bounds the pulls at once (DefaultMaxPulls when 0).
+	Puller   *oci.Puller
+	MaxPulls int
 }
 
 // Desired is this node's view of what should run: the model of the last
@@ -119,6 +126,9 @@ type Reconciler struct {
 	held    map[string]retry      // instances whose last operation failed
 	drain   map[string]time.Time  // instances whose stop waits for their drain, since when
 	unwell  map[string]unwell     // instances whose liveness (or startup) check failed
+	pulls   map[string]*pull      // images wanted and not yet there, by digest
+	images  map[string]bool       // OCI images the driver has, by digest
+	pulling map[string]*operation // instances whose start waits for their image, as of the last pass
 	folded  Result                // what was folded since the last Pass returned
 	unsaved bool                  // an outcome was folded since the state was saved
 	saved   []byte                // the state as last written
@@ -151,6 +161,9 @@ func NewReconciler(cfg Config) (*Reconciler, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
+	if cfg.MaxPulls <= 0 {
+		cfg.MaxPulls = DefaultMaxPulls
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -161,6 +174,7 @@ func NewReconciler(cfg Config) (*Reconciler, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Reconciler{
 		cfg: cfg, state: st, log: cfg.Logger, ops: map[string]*operation{}, held: map[string]retry{}, drain: map[string]time.Time{}, unwell: map[string]unwell{},
+		pulls: map[string]*pull{}, images: map[string]bool{}, pulling: map[string]*operation{},
 		folded: newResult(), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
 	}, nil
 }
@@ -251,6 +265,7 @@ func (r *Reconciler) save() error {
 // instances need. Instances left for lack of a worker are decided again at
 // a later pass (an operation that ends wakes the owner).
 func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time, res *Result) {
+	clear(r.pulling)
 	mine := map[string]planner.Placement{}
 	elsewhere := map[string]planner.Placement{}
 	for _, pl := range d.Plan.Placements {
@@ -288,10 +303,20 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 			res.Waiting[name] = err // ensure only ever waits
 			continue
 		}
+		if !r.imageReady(inst.Spec, now) {
+			// Pulled first: the instance it replaces (if any) keeps
+			// running meanwhile. A rollout's held-back replicas get their
+			// image ahead of their turn.
+			if o != nil && o.start {
+				r.pulling[name] = o
+			}
+			continue
+		}
 		if o != nil && r.drained(d, o, now, res) {
 			r.dispatch(o)
 		}
 	}
+	r.prunePulls()
 	maps.DeleteFunc(r.drain, func(name string, _ time.Time) bool { return !slices.Contains(res.Draining, name) })
 }
 
@@ -730,6 +755,11 @@ func (r *Reconciler) Status(ctx context.Context) ([]report.Instance, []report.Vo
 		if a, err := parseAddr(st.Address); err == nil {
 			ri.Address = a
 		}
+		if o := r.pulling[name]; o != nil {
+			if ref, ok := ociImage(o.spec.Spec); ok {
+				ri.Pull = r.pullStatus(ref.Digest)
+			}
+		}
 		instances = append(instances, ri)
 	}
 	opCtx, cancel := r.op(ctx)
@@ -759,6 +789,16 @@ func (r *Reconciler) Instances() map[string]InstanceState {
 		}
 		st := out[name]
 		st.State = report.StateStarting
+		st.Service, st.Address, st.SpecHash = o.spec.Service, o.spec.Address.String(), o.spec.SpecHash
+		st.Spec, st.Generation = o.spec.Spec, o.gen
+		out[name] = st
+	}
+	for name, o := range r.pulling {
+		if st, ok := out[name]; ok && st.State == report.StateRunning {
+			continue // the copy it replaces runs meanwhile
+		}
+		st := out[name]
+		st.State, st.Error = report.StatePulling, ""
 		st.Service, st.Address, st.SpecHash = o.spec.Service, o.spec.Address.String(), o.spec.SpecHash
 		st.Spec, st.Generation = o.spec.Spec, o.gen
 		out[name] = st

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/fake"
+	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
@@ -60,6 +61,8 @@ type world struct {
 	desired nodeexec.Desired
 	// maxParallel is the reconciler's bound (0: the default).
 	maxParallel int
+	// puller pulls OCI images (nil: none).
+	puller *oci.Puller
 }
 
 const base = `apiVersion: keel/v1
@@ -98,7 +101,7 @@ func (w *world) newReconciler() {
 			w.t.Fatal(err)
 		}
 	}
-	rec, err := nodeexec.NewReconciler(nodeexec.Config{Node: "n1", Driver: w.drv, StateDir: w.dir, Now: w.clk.now, StopGrace: time.Second, MaxParallel: w.maxParallel})
+	rec, err := nodeexec.NewReconciler(nodeexec.Config{Node: "n1", Driver: w.drv, StateDir: w.dir, Now: w.clk.now, StopGrace: time.Second, MaxParallel: w.maxParallel, Puller: w.puller})
 	if err != nil {
 		w.t.Fatal(err)
 	}

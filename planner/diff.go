@@ -265,7 +265,10 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 				action, reason = ActionWait, fmt.Sprintf("%s held back by the rollout", pl.Outdated)
 			}
 			out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: action, Node: pl.Node, Reason: reason})
-		case ri.State != report.StateRunning && ri.State != report.StateStarting:
+		case ri.State == report.StatePulling && ri.Pull != nil && ri.Pull.Error != "":
+			out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: ActionFailing, Node: pl.Node,
+				Reason: fmt.Sprintf("pulling %s: %s (%d failures)", ri.Pull.Image, ri.Pull.Error, ri.Pull.Failures)})
+		case ri.State != report.StateRunning && ri.State != report.StateStarting && ri.State != report.StatePulling:
 			reason := string(ri.State)
 			if ri.Restarts > 0 {
 				reason += fmt.Sprintf(", %d restarts", ri.Restarts)

@@ -40,10 +40,11 @@ const (
 	StateCrashLoop State = "crashloop" // exited and waiting to be restarted
 	StateFailed    State = "failed"    // exited and will not be restarted
 	StateStopped   State = "stopped"   // stopped on purpose
+	StatePulling   State = "pulling"   // its image is being pulled: it does not run yet
 )
 
 // States lists every valid state.
-var States = []State{StateStarting, StateRunning, StateCrashLoop, StateFailed, StateStopped}
+var States = []State{StatePulling, StateStarting, StateRunning, StateCrashLoop, StateFailed, StateStopped}
 
 // Report is one node's status.
 type Report struct {
@@ -214,7 +215,25 @@ type Instance struct {
 	// Check is the last failure of one of its checks ("readiness: …"),
 	// empty while they pass.
 	Check string `yaml:"check,omitempty" json:"check,omitempty"`
+	// Pull is the pull of the OCI image the instance is to start from,
+	// while the node has not got it: the instance is pulling, or the
+	// copy it replaces keeps running (State says which).
+	Pull *Pull `yaml:"pull,omitempty" json:"pull,omitempty"`
 }
+
+// Pull is an image pull an instance waits for.
+type Pull struct {
+	// Image is the image pulled: registry/repository@sha256:<hex>.
+	Image string `yaml:"image" json:"image"`
+	// Error is the last attempt's failure, Failures the attempts that
+	// failed in a row (the next waits twice as long as the one before,
+	// 1 s up to 5 min).
+	Error    string `yaml:"error,omitempty" json:"error,omitempty"`
+	Failures int    `yaml:"failures,omitempty" json:"failures,omitempty"`
+}
+
+// maxPullImage bounds Pull.Image (as render bounds spec.image).
+const maxPullImage = 512
 
 // IsReady reports whether the instance runs and is ready: a report of an
 // agent that does not run checks (Ready nil) counts a running instance
@@ -298,6 +317,7 @@ type raw struct {
 		ReadySince time.Time `yaml:"readySince"`
 		SpecSince  time.Time `yaml:"specSince"`
 		Check      string    `yaml:"check"`
+		Pull       *Pull     `yaml:"pull"`
 	} `yaml:"instances"`
 	Volumes      []Volume      `yaml:"volumes"`
 	Services     []Service     `yaml:"services"`
@@ -398,8 +418,11 @@ func ParseFile(data []byte) (Report, error) {
 		if len(in.Check) > MaxProblemText {
 			return Report{}, fmt.Errorf("instances[%d].check: more than %d bytes", i, MaxProblemText)
 		}
+		if p := in.Pull; p != nil && (p.Image == "" || len(p.Image) > maxPullImage || len(p.Error) > MaxProblemText || p.Failures < 0) {
+			return Report{}, fmt.Errorf("instances[%d].pull: an image of 1 to %d bytes, an error of at most %d and failures not negative", i, maxPullImage, MaxProblemText)
+		}
 		inst := Instance{Name: in.Name, State: st, SpecHash: in.SpecHash, Restarts: in.Restarts, Error: in.Error, Generation: in.Generation,
-			Ready: in.Ready, ReadySince: in.ReadySince.UTC(), SpecSince: in.SpecSince.UTC(), Check: in.Check}
+			Ready: in.Ready, ReadySince: in.ReadySince.UTC(), SpecSince: in.SpecSince.UTC(), Check: in.Check, Pull: in.Pull}
 		if inst.ReadySince.IsZero() {
 			inst.ReadySince = time.Time{}
 		}

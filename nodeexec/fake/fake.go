@@ -54,6 +54,8 @@ type Driver struct {
 	programs  map[string]ExecFunc // by instance (SetExec)
 	execs     map[string]int      // commands Exec ran, by instance
 	lastExec  map[string][]string
+	images    map[string]nodeexec.ImageInfo // OCI images added, by digest
+	imageAdds int
 
 	hook     Hook
 	busy     int            // operations inside the driver now
@@ -117,6 +119,7 @@ func New() *Driver {
 		programs:  map[string]ExecFunc{},
 		execs:     map[string]int{},
 		lastExec:  map[string][]string{},
+		images:    map[string]nodeexec.ImageInfo{},
 	}
 }
 
@@ -425,6 +428,11 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	}
 	if err := d.limitsLocked(spec.Spec.Resources); err != nil {
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
+	}
+	if ref, err := render.ParseImage(spec.Spec.Image); err == nil && ref.IsOCI() {
+		if _, ok := d.images[ref.Digest]; !ok {
+			return nodeexec.Process{}, fmt.Errorf("start %s: image %s is not pulled on this node", name, spec.Spec.Image)
+		}
 	}
 	for _, p := range spec.Volumes {
 		if !d.volumes[path.Base(p)] || p != volumePath(path.Base(p)) {

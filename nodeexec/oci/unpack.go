@@ -34,23 +34,24 @@ const (
 // Unpack writes img's file system into dir, an empty directory: its
 // layers in order, each over the ones below. It stops at the first
 // entry it refuses, and the caller throws dir away then. max bounds the
-// bytes of the files written (0: DefaultMaxUnpacked).
-func Unpack(ctx context.Context, img *Image, dir string, max int64) error {
+// bytes of the files written (0: DefaultMaxUnpacked); it returns the
+// bytes written.
+func Unpack(ctx context.Context, img *Image, dir string, max int64) (int64, error) {
 	if max <= 0 {
 		max = DefaultMaxUnpacked
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer root.Close()
 	u := &unpacker{ctx: ctx, root: root, left: max, entries: maxEntries, chown: os.Geteuid() == 0}
 	for _, l := range img.Layers {
 		if err := u.layer(l); err != nil {
-			return fmt.Errorf("layer %s: %w", l.Digest, err)
+			return 0, fmt.Errorf("layer %s: %w", l.Digest, err)
 		}
 	}
-	return u.finish()
+	return max - u.left, u.finish()
 }
 
 // unpacker applies layers into root.

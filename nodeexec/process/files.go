@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // lookPath resolves argv[0]: with a slash, an absolute path is used as is
@@ -39,8 +40,10 @@ func lookPath(file, pathList, root string) (string, error) {
 // copyTree copies the directory src to dst, which must not exist:
 // directories, regular files with their permissions, and symbolic links as
 // they are (an image is the node's own, trusted content). Directories are
-// made writable by their owner so that Destroy can remove them.
-func copyTree(src, dst string) error {
+// made writable by their owner so that Destroy can remove them. With
+// link, files are hard links to src's rather than copies, and
+// directories keep their owners.
+func copyTree(src, dst string, link bool) error {
 	return filepath.WalkDir(src, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -56,7 +59,12 @@ func copyTree(src, dst string) error {
 		}
 		switch mode := info.Mode(); {
 		case mode.IsDir():
-			return os.Mkdir(target, mode.Perm()|0o700)
+			if err := os.Mkdir(target, mode.Perm()|0o700); err != nil || !link {
+				return err
+			}
+			return chownLike(target, info)
+		case mode.IsRegular() && link:
+			return os.Link(path, target)
 		case mode.IsRegular():
 			return copyFile(path, target, mode.Perm())
 		case mode&fs.ModeSymlink != 0:
@@ -102,4 +110,13 @@ func removeTree(path string) error {
 		return nil
 	})
 	return os.RemoveAll(path)
+}
+
+// chownLike gives path info's owner, when running as root.
+func chownLike(path string, info fs.FileInfo) error {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok || os.Geteuid() != 0 {
+		return nil
+	}
+	return os.Lchown(path, int(st.Uid), int(st.Gid))
 }

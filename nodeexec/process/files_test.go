@@ -83,7 +83,7 @@ func TestCopyTreeAndRemoveTree(t *testing.T) {
 	t.Cleanup(func() { os.Chmod(filepath.Join(src, "etc", "ro"), 0o755) })
 
 	dst := filepath.Join(t.TempDir(), "root")
-	if err := copyTree(src, dst); err != nil {
+	if err := copyTree(src, dst, false); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "etc", "link")); !bytes.Equal(b, []byte("conf")) {

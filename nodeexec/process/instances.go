@@ -608,11 +608,21 @@ func (d *Driver) ensureRoot(name, image string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	src := ""
+	src, link := "", false
 	if strings.HasPrefix(image, render.OCIPrefix) {
-		return "", fmt.Errorf("image %s: the process driver does not pull OCI images yet", image)
-	}
-	if image != "" {
+		ref, err := render.ParseImage(image)
+		if err != nil {
+			return "", err
+		}
+		img, err := d.ociImageDir(ref.Digest)
+		if err != nil {
+			return "", err
+		}
+		if _, err := readImageInfo(img); err != nil {
+			return "", fmt.Errorf("image %s is not pulled on this node (%w)", image, err)
+		}
+		src, link = filepath.Join(img, "root"), true
+	} else if image != "" {
 		img, err := d.imageDir(image)
 		if err != nil {
 			return "", err
@@ -630,7 +640,7 @@ func (d *Driver) ensureRoot(name, image string) (string, error) {
 	if err := removeTree(tmp); err != nil {
 		return "", err
 	}
-	if err := copyTree(src, tmp); err != nil {
+	if err := copyTree(src, tmp, link); err != nil {
 		return "", fmt.Errorf("seeding root from image %s: %w", image, err)
 	}
 	if err := os.Rename(tmp, root); err != nil {

@@ -1,0 +1,63 @@
+package fake
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/oci"
+)
+
+var _ nodeexec.ImageStore = (*Driver)(nil)
+
+// HasImage implements nodeexec.ImageStore.
+func (d *Driver) HasImage(_ context.Context, digest string) (bool, error) {
+	if _, err := oci.CheckDigest(digest); err != nil {
+		return false, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.images[digest]
+	return ok, nil
+}
+
+// AddImage implements nodeexec.ImageStore: the image is recorded, not
+// unpacked (its layers are in the puller's cache, checked there). Its
+// digest's instances can start from then on.
+func (d *Driver) AddImage(_ context.Context, img *oci.Image, _ int64) error {
+	if _, err := oci.CheckDigest(img.Digest); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.images[img.Digest] = nodeexec.ImageInfo{Digest: img.Digest, Manifest: img.Manifest, Size: img.Size, Added: d.now()}
+	d.imageAdds++
+	return nil
+}
+
+// Images implements nodeexec.ImageStore.
+func (d *Driver) Images(context.Context) ([]nodeexec.ImageInfo, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []nodeexec.ImageInfo
+	for _, k := range slices.Sorted(maps.Keys(d.images)) {
+		out = append(out, d.images[k])
+	}
+	return out, nil
+}
+
+// RemoveImage implements nodeexec.ImageStore.
+func (d *Driver) RemoveImage(_ context.Context, digest string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.images, digest)
+	return nil
+}
+
+// ImageAdds is how many times AddImage added an image.
+func (d *Driver) ImageAdds() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.imageAdds
+}

@@ -1,0 +1,215 @@
+package nodeexec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/keel-dev/keel/nodeexec/oci"
+	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
+)
+
+// DefaultMaxPulls is how many images a node pulls at once when
+// Config.MaxPulls is zero.
+const DefaultMaxPulls = 2
+
+// pullTimeout bounds one pull, download and unpacking together.
+const pullTimeout = 30 * time.Minute
+
+// pull is an OCI image a pass wants on the node: an instance placed here
+// is to start from it (or will, once the rollout releases it). One of the
+// Reconciler's goroutines fetches its layers (Config.Puller) and adds it
+// to the driver (ImageStore), never the owner's: until it is there, the
+// instance's start waits, and the instance it replaces keeps running.
+type pull struct {
+	ref render.ImageRef
+
+	// Written by the pull's goroutine under Reconciler.mu.
+	ended bool
+	err   error
+
+	// The owner's.
+	running  bool
+	failures int
+	retryAt  time.Time
+	lastErr  error
+	wanted   bool // by the current pass
+}
+
+// ociImage returns the OCI image an instance's spec names, ok false for
+// a node-local base.
+func ociImage(spec render.JailSpec) (render.ImageRef, bool) {
+	ref, err := render.ParseImage(spec.Image)
+	return ref, err == nil && ref.IsOCI()
+}
+
+// imageReady reports whether the instance's image is there to start it
+// from: always for a node-local base; for an OCI image once a pull has
+// found or added it. Otherwise it asks for the pull.
+func (r *Reconciler) imageReady(spec render.JailSpec, now time.Time) bool {
+	ref, ok := ociImage(spec)
+	if !ok || r.images[ref.Digest] {
+		return true
+	}
+	r.wantPull(ref, now)
+	return false
+}
+
+// wantPull starts the image's pull, unless it runs, waits for its retry,
+// or every pull slot is taken (a later pass starts it).
+func (r *Reconciler) wantPull(ref render.ImageRef, now time.Time) {
+	p := r.pulls[ref.Digest]
+	if p == nil {
+		p = &pull{ref: ref}
+		r.pulls[ref.Digest] = p
+	}
+	p.wanted = true
+	if p.running || now.Before(p.retryAt) || r.pullsRunning() >= r.cfg.MaxPulls {
+		return
+	}
+	p.running = true
+	r.mu.Lock()
+	p.ended, p.err = false, nil
+	r.mu.Unlock()
+	r.log.Info("pulling image", "image", ref.Name(), "attempt", p.failures+1)
+	r.wg.Go(func() {
+		err := r.runPull(r.ctx, p)
+		r.mu.Lock()
+		p.ended, p.err = true, err
+		r.mu.Unlock()
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	})
+}
+
+func (r *Reconciler) pullsRunning() int {
+	n := 0
+	for _, p := range r.pulls {
+		if p.running {
+			n++
+		}
+	}
+	return n
+}
+
+// runPull fetches the image's layers and adds it to the driver, when the
+// driver does not hold it already. It runs on a goroutine of its own.
+func (r *Reconciler) runPull(ctx context.Context, p *pull) error {
+	store, ok := r.cfg.Driver.(ImageStore)
+	if !ok {
+		return fmt.Errorf("the %s driver cannot run OCI images", r.cfg.Driver.Name())
+	}
+	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	opCtx, opCancel := r.op(ctx)
+	has, err := store.HasImage(opCtx, p.ref.Digest)
+	opCancel()
+	if err != nil {
+		return err
+	}
+	if has {
+		return nil
+	}
+	if r.cfg.Puller == nil {
+		return errors.New("this node pulls no OCI images (no image cache configured)")
+	}
+	start := time.Now()
+	img, err := r.cfg.Puller.Fetch(ctx, p.ref, func(pr oci.Progress) {
+		r.log.Info("pulling image", "image", p.ref.Name(), "bytes", pr.Done, "of", pr.Total)
+	})
+	if err != nil {
+		return err
+	}
+	fetched := time.Since(start)
+	if err := store.AddImage(ctx, img, r.cfg.Puller.MaxUnpacked); err != nil {
+		return fmt.Errorf("unpacking %s: %w", p.ref.Name(), err)
+	}
+	r.log.Info("image pulled", "image", p.ref.Name(), "layers", len(img.Layers), "bytes", img.Size,
+		"fetch", fetched.Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// collectPulls folds the pulls that ended: an image added is ready; a
+// failure is retried after a backoff that doubles (1 s up to 5 min).
+// Pulls that no pass wants any more are forgotten. Only the owner calls
+// it.
+func (r *Reconciler) collectPulls(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for digest, p := range r.pulls {
+		if !p.running || !p.ended {
+			continue
+		}
+		p.running = false
+		if p.err == nil {
+			r.images[digest] = true
+			delete(r.pulls, digest)
+			continue
+		}
+		p.failures++
+		p.lastErr = p.err
+		delay := minBackoff << min(p.failures-1, 9)
+		p.retryAt = now.Add(min(delay, maxBackoff))
+		r.log.Warn("image pull failed", "image", p.ref.Name(), "err", p.err, "failures", p.failures, "retryIn", min(delay, maxBackoff))
+	}
+}
+
+// prunePulls forgets, after a pass, the pulls it did not want that do
+// not run, and clears the marks for the next pass.
+func (r *Reconciler) prunePulls() {
+	maps.DeleteFunc(r.pulls, func(_ string, p *pull) bool { return !p.wanted && !p.running })
+	for _, p := range r.pulls {
+		p.wanted = false
+	}
+}
+
+// pullStatus is what a report says of an instance's image pull (its
+// progress goes to the log only: a report changes when a pull starts,
+// fails or ends, not with each layer).
+func (r *Reconciler) pullStatus(digest string) *report.Pull {
+	p := r.pulls[digest]
+	if p == nil {
+		return nil
+	}
+	out := &report.Pull{Image: p.ref.Name(), Failures: p.failures}
+	if p.lastErr != nil {
+		out.Error = p.lastErr.Error()
+		if len(out.Error) > report.MaxProblemText {
+			out.Error = strings.ToValidUTF8(out.Error[:report.MaxProblemText-3], "") + "..."
+		}
+	}
+	return out
+}
+
+// ForgetImage drops an image from what the reconciler takes as unpacked
+// (it was removed from the driver): the next start from it pulls again.
+// Only the owner calls it.
+func (r *Reconciler) ForgetImage(digest string) { delete(r.images, digest) }
+
+// ImagesInUse are the OCI images (digests) that the instances this node
+// holds or is pulling for were made from or wait for: never to be
+// removed. Only the owner calls it.
+func (r *Reconciler) ImagesInUse() []string {
+	in := map[string]bool{}
+	for _, st := range r.state.Instances {
+		if ref, ok := ociImage(st.Spec); ok {
+			in[ref.Digest] = true
+		}
+	}
+	for _, o := range r.ops {
+		if ref, ok := ociImage(o.spec.Spec); ok {
+			in[ref.Digest] = true
+		}
+	}
+	for d := range r.pulls {
+		in[d] = true
+	}
+	return slices.Sorted(maps.Keys(in))
+}
