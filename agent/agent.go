@@ -30,6 +30,7 @@ import (
 
 	"github.com/keel-dev/keel/gossip"
 	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/nodeexec/probe"
 	"github.com/keel-dev/keel/nodeexec/proxy"
 	"github.com/keel-dev/keel/planner"
@@ -87,6 +88,15 @@ type Options struct {
 	GossipKeyFile string
 	// GossipTiming overrides the failure detector's timing (tests).
 	GossipTiming gossip.Timing
+	// RegistryConfig is the content of a Docker-style config file with
+	// the credentials of the OCI registries images are pulled from
+	// (docs/images.md); nil: registries are spoken to anonymously.
+	RegistryConfig []byte
+	// ImageMaxCompressed and ImageMaxUnpacked bound an image's layers
+	// (oci's defaults when zero); MaxPulls the pulls at once
+	// (nodeexec.DefaultMaxPulls when zero).
+	ImageMaxCompressed, ImageMaxUnpacked int64
+	MaxPulls                             int
 }
 
 // Trust is the node-local configuration of commit verification.
@@ -255,9 +265,20 @@ func New(opts Options) (*Agent, error) {
 	if opts.Trust != nil {
 		opts.Remote.FullHistory = true // the rewind check needs the history
 	}
+	puller := &oci.Puller{
+		Dir: filepath.Join(opts.StateDir, "oci"), Log: opts.Logger.With("node", opts.Node),
+		MaxCompressed: opts.ImageMaxCompressed, MaxUnpacked: opts.ImageMaxUnpacked,
+	}
+	if opts.RegistryConfig != nil {
+		var err error
+		if puller.Keychain, err = oci.KeychainFromConfig(opts.RegistryConfig); err != nil {
+			return nil, err
+		}
+	}
 	rec, err := nodeexec.NewReconciler(nodeexec.Config{
 		Node: opts.Node, Driver: opts.Driver, StateDir: opts.StateDir, Logger: opts.Logger,
 		Now: opts.Now, StopGrace: opts.StopGrace, MaxParallel: opts.MaxParallelOps,
+		Puller: puller, MaxPulls: opts.MaxPulls,
 	})
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	"github.com/keel-dev/keel/gossip"
 	"github.com/keel-dev/keel/internal/netlimit"
 	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/nodeexec/fake"
 	"github.com/keel-dev/keel/nodeexec/freebsd"
 	"github.com/keel-dev/keel/nodeexec/ingress"
@@ -73,6 +74,10 @@ stops the agent cleanly. See docs/agent.md.`,
 	reconcile := f.Duration("reconcile-interval", 5*time.Second, "time between reconcile passes")
 	stopGrace := f.Duration("stop-grace", 10*time.Second, "how long an instance has to stop before it is killed")
 	maxParallelOps := f.Int("max-parallel-ops", nodeexec.DefaultMaxParallel, "instance operations (create, start, stop, destroy) that run at once, off the agent's loop")
+	registryConfig := f.String("registry-config", "", "Docker-style config.json with the credentials of the registries OCI images are pulled from (mode 600; docs/images.md); anonymous when empty")
+	maxPulls := f.Int("max-pulls", nodeexec.DefaultMaxPulls, "OCI image pulls that run at once, off the agent's loop")
+	imageMax := f.Int64("image-max-size", oci.DefaultMaxCompressed, "the most an OCI image's layers may weigh, compressed, in bytes")
+	imageMaxUnpacked := f.Int64("image-max-unpacked", oci.DefaultMaxUnpacked, "the most an OCI image's files may weigh, unpacked, in bytes")
 	noWatch := f.Bool("no-watch", false, "do not watch a local repository for changes (poll only)")
 	verify := f.Bool("verify-signatures", false, "apply only commits signed by a key of --allowed-signers that descend from the last applied commit")
 	allowedSigners := f.String("allowed-signers", "", "OpenSSH allowed_signers file of the keys that may sign deployable commits (with --verify-signatures)")
@@ -211,8 +216,21 @@ stops the agent cleanly. See docs/agent.md.`,
 		if err != nil {
 			return err
 		}
+		var regConfig []byte
+		if *registryConfig != "" {
+			if regConfig, err = readSecretFile(*registryConfig, maxRegistryConfig); err != nil {
+				return fmt.Errorf("--registry-config: %w", err)
+			}
+			if _, err := oci.KeychainFromConfig(regConfig); err != nil {
+				return fmt.Errorf("--registry-config %s: %w", *registryConfig, err)
+			}
+		}
+		if *maxPulls < 1 || *imageMax < 1 || *imageMaxUnpacked < 1 {
+			return errors.New("--max-pulls, --image-max-size and --image-max-unpacked must be positive")
+		}
 		reg := prometheus.NewRegistry()
 		a, err := agent.New(agent.Options{
+			RegistryConfig: regConfig, MaxPulls: *maxPulls, ImageMaxCompressed: *imageMax, ImageMaxUnpacked: *imageMaxUnpacked,
 			Ingress: ingressOpts, Forge: forgeOpts,
 			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
 			Remote: remote,
@@ -355,6 +373,9 @@ type forgeFlags struct {
 
 // maxTokenFile bounds a token file.
 const maxTokenFile = 4 << 10
+
+// maxRegistryConfig bounds --registry-config (a Docker config.json).
+const maxRegistryConfig = 1 << 20
 
 // options checks the forge flags and returns the agent's forge options;
 // nil without --forge-kind.

@@ -1,0 +1,93 @@
+package process
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/compression"
+
+	"github.com/keel-dev/keel/nodeexec/oci"
+	"github.com/keel-dev/keel/nodeexec/oci/ocitest"
+)
+
+func TestInstancesStartFromAnOCIImage(t *testing.T) {
+	reg := ocitest.NewRegistry(t)
+	ref := reg.Push(t, "team/web", ocitest.Image(t,
+		ocitest.Layer(t, compression.GZip, ocitest.Dir("bin", 0o755),
+			ocitest.File("bin/hello", "#!/bin/sh\necho \"hello from $1\" > greeting\n", 0o755),
+			ocitest.File("etc/big", strings.Repeat("x", 1<<20), 0o644)),
+		ocitest.Layer(t, compression.GZip, ocitest.File("etc/motd", "welcome\n", 0o644))))
+	d := newDriver(t, Options{})
+	ctx := t.Context()
+
+	s := spec("web-0", "bin/hello", "${KEEL_INSTANCE}")
+	s.Spec.Image = ocitest.Spec(ref)
+	if _, err := d.Start(ctx, s); err == nil || !strings.Contains(err.Error(), "is not pulled on this node") {
+		t.Fatalf("Start before the image is added = %v", err)
+	}
+	if has, err := d.HasImage(ctx, ref.Digest); has || err != nil {
+		t.Fatalf("HasImage before AddImage = %v, %v", has, err)
+	}
+	img, err := (&oci.Puller{Dir: t.TempDir()}).Fetch(ctx, ref, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An unpacking cut short (a crash) leaves a directory without its
+	// metadata: never taken for the image, replaced by the next add.
+	dir, _ := d.ociImageDir(ref.Digest)
+	os.MkdirAll(filepath.Join(dir, "root", "half"), 0o755)
+	if has, _ := d.HasImage(ctx, ref.Digest); has {
+		t.Fatal("HasImage took a half-unpacked image")
+	}
+	if err := d.AddImage(ctx, img, 0); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := d.HasImage(ctx, ref.Digest); !has || err != nil {
+		t.Fatalf("HasImage after AddImage = %v, %v", has, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "root", "half")); err == nil {
+		t.Error("the half-unpacked directory survived AddImage")
+	}
+	list, err := d.Images(ctx)
+	if err != nil || len(list) != 1 || list[0].Digest != ref.Digest || list[0].Unpacked < 1<<20 || list[0].Size != img.Size {
+		t.Fatalf("Images = %+v, %v", list, err)
+	}
+
+	// Ten instances of the image share its files (hard links).
+	for i := range 10 {
+		si := s
+		si.Name = "web-" + string(rune('0'+i))
+		if e := runToExit(t, d, si); e.Code != 0 {
+			t.Fatalf("%s exit %+v", si.Name, e)
+		}
+		if got := readRootFile(t, d, si.Name, "greeting"); got != "hello from "+si.Name+"\n" {
+			t.Errorf("%s greeting = %q", si.Name, got)
+		}
+	}
+	cached, _ := os.Stat(filepath.Join(dir, "root", "etc", "big"))
+	root, _ := d.RootDir("web-7")
+	linked, _ := os.Stat(filepath.Join(root, "etc", "big"))
+	if cached == nil || linked == nil || !os.SameFile(cached, linked) {
+		t.Fatal("an instance's root copies the image's files rather than linking them")
+	}
+	if n := linked.Sys().(*syscall.Stat_t).Nlink; n != 11 {
+		t.Errorf("etc/big has %d links, want 11 (the image's and ten roots')", n)
+	}
+
+	// Removing the image leaves the roots made from it whole.
+	if err := d.RemoveImage(ctx, ref.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if has, _ := d.HasImage(ctx, ref.Digest); has {
+		t.Error("HasImage after RemoveImage")
+	}
+	if got := readRootFile(t, d, "web-7", "etc/motd"); got != "welcome\n" {
+		t.Errorf("etc/motd after RemoveImage = %q", got)
+	}
+	if _, err := d.HasImage(ctx, "sha256:../../etc"); err == nil {
+		t.Error("HasImage took a digest that climbs")
+	}
+}
