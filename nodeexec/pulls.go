@@ -170,15 +170,34 @@ func (r *Reconciler) prunePulls() {
 	}
 }
 
+// pullWait is since when an instance waits for its image at a spec.
+type pullWait struct {
+	hash  string
+	since time.Time
+}
+
+// notePulling records, after a pass, since when each instance whose
+// start waits for its image has waited at its spec; the others are
+// forgotten.
+func (r *Reconciler) notePulling(now time.Time) {
+	for name, o := range r.pulling {
+		if w, ok := r.pullWaits[name]; !ok || w.hash != o.spec.SpecHash {
+			r.pullWaits[name] = pullWait{hash: o.spec.SpecHash, since: now}
+		}
+	}
+	maps.DeleteFunc(r.pullWaits, func(name string, _ pullWait) bool { return r.pulling[name] == nil })
+}
+
 // pullStatus is what a report says of an instance's image pull (its
 // progress goes to the log only: a report changes when a pull starts,
 // fails or ends, not with each layer).
-func (r *Reconciler) pullStatus(digest string) *report.Pull {
+func (r *Reconciler) pullStatus(name, digest string) *report.Pull {
 	p := r.pulls[digest]
 	if p == nil {
 		return nil
 	}
-	out := &report.Pull{Image: p.ref.Name(), Failures: p.failures}
+	w := r.pullWaits[name]
+	out := &report.Pull{Image: p.ref.Name(), Failures: p.failures, SpecHash: w.hash, Since: w.since.UTC().Truncate(time.Millisecond)}
 	if p.lastErr != nil {
 		out.Error = p.lastErr.Error()
 		if len(out.Error) > report.MaxProblemText {

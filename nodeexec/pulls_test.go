@@ -62,7 +62,9 @@ func TestOCIImageIsPulledBeforeTheStart(t *testing.T) {
 	// pulled, then is replaced.
 	w.set("a.yaml", withImage("app", ocitest.Spec(v2)))
 	w.passOnce()
-	if ri := statusOf(t, w, "app"); ri.State != report.StateRunning || ri.Pull == nil || ri.Pull.Image != v2.Name() {
+	waitStart := w.clk.now()
+	if ri := statusOf(t, w, "app"); ri.State != report.StateRunning || ri.Pull == nil || ri.Pull.Image != v2.Name() ||
+		ri.Pull.SpecHash != w.model.Instance("app").SpecHash || !ri.Pull.Since.Equal(waitStart) || ri.SpecHash == ri.Pull.SpecHash {
 		t.Fatalf("replacing: %+v (pull %+v)", ri, ri.Pull)
 	}
 	if w.running()["app"].PID != pid {
@@ -98,12 +100,13 @@ func TestOCIImageIsPulledBeforeTheStart(t *testing.T) {
 		t.Fatal("the pull was retried before its backoff")
 	case <-time.After(100 * time.Millisecond):
 	}
+	since := statusOf(t, w, "app").Pull.Since
 	w.clk.advance(time.Second)
 	w.passOnce()
 	w.waitWake()
 	w.passOnce()
-	if ri := statusOf(t, w, "app"); ri.Pull == nil || ri.Pull.Failures != 2 {
-		t.Fatalf("after the retry: %+v", ri.Pull)
+	if ri := statusOf(t, w, "app"); ri.Pull == nil || ri.Pull.Failures != 2 || !ri.Pull.Since.Equal(since) {
+		t.Fatalf("after the retry: %+v (the wait began at %v)", ri.Pull, since)
 	}
 
 	// Back to v1: its image is still on the node, nothing is downloaded.

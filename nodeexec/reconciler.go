@@ -121,18 +121,19 @@ type Reconciler struct {
 	log *slog.Logger
 
 	// Owned by the owner's goroutine.
-	state   *State
-	ops     map[string]*operation // started and not folded yet, by instance
-	held    map[string]retry      // instances whose last operation failed
-	drain   map[string]time.Time  // instances whose stop waits for their drain, since when
-	unwell  map[string]unwell     // instances whose liveness (or startup) check failed
-	pulls   map[string]*pull      // images wanted and not yet there, by digest
-	images  map[string]bool       // OCI images the driver has, by digest
-	pulling map[string]*operation // instances whose start waits for their image, as of the last pass
-	folded  Result                // what was folded since the last Pass returned
-	unsaved bool                  // an outcome was folded since the state was saved
-	saved   []byte                // the state as last written
-	closed  bool
+	state     *State
+	ops       map[string]*operation // started and not folded yet, by instance
+	held      map[string]retry      // instances whose last operation failed
+	drain     map[string]time.Time  // instances whose stop waits for their drain, since when
+	unwell    map[string]unwell     // instances whose liveness (or startup) check failed
+	pulls     map[string]*pull      // images wanted and not yet there, by digest
+	images    map[string]bool       // OCI images the driver has, by digest
+	pulling   map[string]*operation // instances whose start waits for their image, as of the last pass
+	pullWaits map[string]pullWait   // since when they wait, by instance
+	folded    Result                // what was folded since the last Pass returned
+	unsaved   bool                  // an outcome was folded since the state was saved
+	saved     []byte                // the state as last written
+	closed    bool
 
 	ctx    context.Context // the operations'; Close cancels it
 	cancel context.CancelFunc
@@ -174,7 +175,7 @@ func NewReconciler(cfg Config) (*Reconciler, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Reconciler{
 		cfg: cfg, state: st, log: cfg.Logger, ops: map[string]*operation{}, held: map[string]retry{}, drain: map[string]time.Time{}, unwell: map[string]unwell{},
-		pulls: map[string]*pull{}, images: map[string]bool{}, pulling: map[string]*operation{},
+		pulls: map[string]*pull{}, images: map[string]bool{}, pulling: map[string]*operation{}, pullWaits: map[string]pullWait{},
 		folded: newResult(), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
 	}, nil
 }
@@ -317,6 +318,7 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 		}
 	}
 	r.prunePulls()
+	r.notePulling(now)
 	maps.DeleteFunc(r.drain, func(name string, _ time.Time) bool { return !slices.Contains(res.Draining, name) })
 }
 
@@ -757,7 +759,7 @@ func (r *Reconciler) Status(ctx context.Context) ([]report.Instance, []report.Vo
 		}
 		if o := r.pulling[name]; o != nil {
 			if ref, ok := ociImage(o.spec.Spec); ok {
-				ri.Pull = r.pullStatus(ref.Digest)
+				ri.Pull = r.pullStatus(name, ref.Digest)
 			}
 		}
 		instances = append(instances, ri)

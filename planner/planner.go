@@ -1071,7 +1071,7 @@ func (p *planner) pace() {
 		st := strategyOf(svc)
 		minReady := time.Duration(st.MinReadySeconds) * time.Second
 		ro := &Rollout{Replicas: len(svc.Instances), MinAvailable: max(0, len(svc.Instances)-st.MaxUnavailable)}
-		var outdatedAvailable []*Placement
+		var outdatedAvailable, pulling []*Placement
 		var notAvailable []string
 		outdated := 0
 		for _, name := range members(svc) {
@@ -1087,8 +1087,16 @@ func (p *planner) pace() {
 			} else if ri != nil && pl.Outdated == "" {
 				ro.Updated++
 			}
-			if pl.Outdated == "" && ri != nil && !ri.IsReady() && !ri.SpecSince.IsZero() &&
-				p.plan.ClusterTime.Sub(ri.SpecSince) > time.Duration(st.ProgressDeadline) {
+			// A member whose node waits for its image at this spec (the
+			// copy it replaces may run meanwhile) has made no progress
+			// either until the pull ends.
+			pulls := ri != nil && ri.Pull != nil && ri.Pull.SpecHash == inst.SpecHash && !ri.Pull.Since.IsZero()
+			if pulls {
+				pulling = append(pulling, pl)
+			}
+			if (pl.Outdated == "" && ri != nil && !ri.IsReady() && !ri.SpecSince.IsZero() &&
+				p.plan.ClusterTime.Sub(ri.SpecSince) > time.Duration(st.ProgressDeadline)) ||
+				(pulls && p.plan.ClusterTime.Sub(ri.Pull.Since) > time.Duration(st.ProgressDeadline)) {
 				ro.Failed = append(ro.Failed, name)
 				avail = avail || st.FailureAction == render.FailureContinue
 			}
@@ -1113,6 +1121,21 @@ func (p *planner) pace() {
 			ro.Paused = true
 			p.warn(WarnRolloutPaused, svc.Name, "rollout of %s is paused: %s not ready within the progressDeadline of %s; the other replicas are left as they are until the spec changes (fix it, or git revert)",
 				svc.Name, listed(ro.Failed), time.Duration(st.ProgressDeadline))
+			// An outdated member waiting for its image stays released,
+			// within the budget as before the pause: its node keeps
+			// trying the pull and its old copy stays drained, rather
+			// than its release coming and going with the pause.
+			budget := ro.Available - ro.MinAvailable
+			for _, pl := range pulling {
+				switch {
+				case pl.Outdated == "":
+				case !slices.Contains(outdatedAvailable, pl):
+					pl.Released = true
+				case budget > 0:
+					pl.Released = true
+					budget--
+				}
+			}
 			continue
 		}
 		for _, name := range members(svc) {

@@ -3,6 +3,7 @@ package planner
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,9 @@ type replica struct {
 	ready      *bool     // nil: an agent that runs no checks
 	readySince time.Time // zero: since ever
 	specSince  time.Time
+	// pullSince, when set, is since when its node waits for the image of
+	// the rendered spec (report.Pull).
+	pullSince time.Time
 }
 
 var yes, no = ptr(true), ptr(false)
@@ -46,6 +50,9 @@ func rolloutWorld(t *testing.T, n int, st render.Strategy, reps map[int]replica)
 		node := nodes[i%3]
 		ri := report.Instance{Name: name, State: r.state, SpecHash: hash, Ready: r.ready, ReadySince: r.readySince, SpecSince: r.specSince,
 			Address: mustAddr(fmt.Sprintf("10.200.%d.%d", i%3+1, 10+i))}
+		if !r.pullSince.IsZero() {
+			ri.Pull = &report.Pull{Image: "registry.example.org/web@sha256:" + strings.Repeat("0", 64), SpecHash: hashOf(t, m, name), Since: r.pullSince}
+		}
 		byNode[node] = append(byNode[node], ri)
 	}
 	var rs []report.Report
@@ -232,6 +239,49 @@ func TestProgressDeadline(t *testing.T) {
 		p := plan(m, rs...)
 		if ro := planService(p, "web").Rollout; ro == nil || ro.Paused || !slices.Equal(released(p), []string{"web-0"}) {
 			t.Fatalf("rollout %+v released %v: want web-0 released", ro, released(p))
+		}
+	})
+}
+
+// TestPullPastTheDeadline: a replica whose node waits for its new image
+// keeps its old copy running (reported ready at the old spec, released
+// and so drained); past the progressDeadline the rollout pauses on it,
+// and it stays released while the others are left alone.
+func TestPullPastTheDeadline(t *testing.T) {
+	pulling := func(ago time.Duration) map[int]replica {
+		r := running(true, yes)
+		r.pullSince = t0.Add(-ago)
+		return map[int]replica{0: r, 1: running(true, yes), 2: running(true, yes)}
+	}
+	st := render.Strategy{MaxUnavailable: 1, ProgressDeadline: render.Duration(time.Minute)}
+	t.Run("within the deadline", func(t *testing.T) {
+		m, rs := rolloutWorld(t, 3, st, pulling(30*time.Second))
+		p := plan(m, rs...)
+		if ro := planService(p, "web").Rollout; ro == nil || ro.Paused || !slices.Equal(released(p), []string{"web-0"}) {
+			t.Fatalf("rollout %+v released %v: want web-0 released, not paused", ro, released(p))
+		}
+	})
+	for _, mu := range []int{1, 2} {
+		t.Run(fmt.Sprintf("past it, maxUnavailable %d", mu), func(t *testing.T) {
+			st := st
+			st.MaxUnavailable = mu
+			m, rs := rolloutWorld(t, 3, st, pulling(2*time.Minute))
+			p := plan(m, rs...)
+			ro := planService(p, "web").Rollout
+			if ro == nil || !ro.Paused || !slices.Equal(ro.Failed, []string{"web-0"}) || !slices.Equal(released(p), []string{"web-0"}) {
+				t.Fatalf("rollout %+v released %v: want paused on web-0, only web-0 released", ro, released(p))
+			}
+			if got := endpointNames(planService(p, "web")); !slices.Equal(got, []string{"web-1", "web-2"}) {
+				t.Fatalf("endpoints %v, want the others serving", got)
+			}
+		})
+	}
+	t.Run("a pull for another spec is not this rollout's", func(t *testing.T) {
+		m, rs := rolloutWorld(t, 3, st, pulling(2*time.Minute))
+		rs[0].Instances[0].Pull.SpecHash = strings.Repeat("ab", 24)
+		p := plan(m, rs...)
+		if ro := planService(p, "web").Rollout; ro == nil || ro.Paused {
+			t.Fatalf("rollout %+v paused by a pull for another spec", ro)
 		}
 	})
 }

@@ -230,6 +230,13 @@ type Pull struct {
 	// 1 s up to 5 min).
 	Error    string `yaml:"error,omitempty" json:"error,omitempty"`
 	Failures int    `yaml:"failures,omitempty" json:"failures,omitempty"`
+	// SpecHash is the spec the instance is to start at once the image is
+	// there, and Since when the node began to wait for it (the report's
+	// time): a replica whose pull has not ended within its Service's
+	// progressDeadline fails the rollout, as one that does not become
+	// ready does.
+	SpecHash string    `yaml:"specHash,omitempty" json:"specHash,omitempty"`
+	Since    time.Time `yaml:"since,omitempty" json:"since,omitzero"`
 }
 
 // maxPullImage bounds Pull.Image (as render bounds spec.image).
@@ -418,8 +425,14 @@ func ParseFile(data []byte) (Report, error) {
 		if len(in.Check) > MaxProblemText {
 			return Report{}, fmt.Errorf("instances[%d].check: more than %d bytes", i, MaxProblemText)
 		}
-		if p := in.Pull; p != nil && (p.Image == "" || len(p.Image) > maxPullImage || len(p.Error) > MaxProblemText || p.Failures < 0) {
-			return Report{}, fmt.Errorf("instances[%d].pull: an image of 1 to %d bytes, an error of at most %d and failures not negative", i, maxPullImage, MaxProblemText)
+		if p := in.Pull; p != nil {
+			if p.Image == "" || len(p.Image) > maxPullImage || len(p.Error) > MaxProblemText || p.Failures < 0 || len(p.SpecHash) > 64 || !hexRe.MatchString(p.SpecHash) {
+				return Report{}, fmt.Errorf("instances[%d].pull: an image of 1 to %d bytes, an error of at most %d, failures not negative and a hexadecimal specHash", i, maxPullImage, MaxProblemText)
+			}
+			p.Since = p.Since.UTC()
+			if p.Since.IsZero() {
+				p.Since = time.Time{}
+			}
 		}
 		inst := Instance{Name: in.Name, State: st, SpecHash: in.SpecHash, Restarts: in.Restarts, Error: in.Error, Generation: in.Generation,
 			Ready: in.Ready, ReadySince: in.ReadySince.UTC(), SpecSince: in.SpecSince.UTC(), Check: in.Check, Pull: in.Pull}
