@@ -52,6 +52,7 @@ func (e *env) demoWebCommand() *cobra.Command {
 	port := cmd.Flags().Int("port", 8080, "TCP port to listen on, at $KEEL_ADDRESS")
 	data := cmd.Flags().String("data", "", "a directory (volume) where the request count is kept")
 	bindDelay := cmd.Flags().Duration("bind-delay", 0, "wait this long after starting before listening (a service slow to start)")
+	greetingFile := cmd.Flags().String("greeting-file", "", "read the greeting from this file (relative to the instance's root: a file of its image) rather than $GREETING")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		addr := os.Getenv("KEEL_ADDRESS")
 		if addr == "" {
@@ -65,6 +66,14 @@ func (e *env) demoWebCommand() *cobra.Command {
 			if b, err := os.ReadFile(countFile); err == nil {
 				hits, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 			}
+		}
+		greeting := os.Getenv("GREETING")
+		if *greetingFile != "" {
+			b, err := os.ReadFile(*greetingFile)
+			if err != nil {
+				return err
+			}
+			greeting = strings.TrimSpace(string(b))
 		}
 		healthy := os.Getenv("HEALTHZ") != "fail"
 		mux := http.NewServeMux()
@@ -95,7 +104,7 @@ func (e *env) demoWebCommand() *cobra.Command {
 				_ = os.WriteFile(countFile, []byte(strconv.Itoa(n)+"\n"), 0o600)
 			}
 			mu.Unlock()
-			msg := os.Getenv("GREETING")
+			msg := greeting
 			if msg == "" {
 				msg = "hello"
 			}
