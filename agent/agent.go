@@ -97,7 +97,15 @@ type Options struct {
 	// (nodeexec.DefaultMaxPulls when zero).
 	ImageMaxCompressed, ImageMaxUnpacked int64
 	MaxPulls                             int
+	// ImageGC bounds the OCI images the node keeps: checked every
+	// imageGCEvery, unused images go past their grace when a bound is
+	// passed (docs/images.md, "Garbage collection").
+	ImageGC nodeexec.ImageGC
 }
+
+// imageGCEvery is how often the agent checks whether unused images must
+// go (nodeexec.Reconciler.CollectImages, off the loop).
+const imageGCEvery = time.Minute
 
 // Trust is the node-local configuration of commit verification.
 type Trust struct {
@@ -278,7 +286,7 @@ func New(opts Options) (*Agent, error) {
 	rec, err := nodeexec.NewReconciler(nodeexec.Config{
 		Node: opts.Node, Driver: opts.Driver, StateDir: opts.StateDir, Logger: opts.Logger,
 		Now: opts.Now, StopGrace: opts.StopGrace, MaxParallel: opts.MaxParallelOps,
-		Puller: puller, MaxPulls: opts.MaxPulls,
+		Puller: puller, MaxPulls: opts.MaxPulls, ImageGC: opts.ImageGC,
 	})
 	if err != nil {
 		return nil, err
@@ -480,6 +488,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.drainFetch.Stop()
 	reconcile := time.NewTimer(0)
 	defer reconcile.Stop()
+	imageGC := time.NewTicker(imageGCEvery)
+	defer imageGC.Stop()
 	a.git.fetch()
 	a.health.lastPass.Store(time.Now().UnixNano())
 	for {
@@ -563,6 +573,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-certChanged:
 			// A certificate obtained here: say so at once.
 			a.publish(ctx, a.opts.Now())
+		case <-imageGC.C:
+			a.rec.CollectImages(nil)
 		case req := <-a.requests:
 			req.handle(ctx, a)
 		}

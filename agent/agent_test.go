@@ -127,6 +127,7 @@ keel_commit_info{commit="`+first+`"} 1
 # TYPE keel_instances gauge
 keel_instances{state="crashloop"} 0
 keel_instances{state="failed"} 0
+keel_instances{state="pulling"} 0
 keel_instances{state="running"} 2
 keel_instances{state="starting"} 0
 keel_instances{state="stopped"} 0

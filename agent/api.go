@@ -19,8 +19,9 @@ import (
 
 // request is a local API call, served by the loop goroutine.
 type request struct {
-	kind  string // status, volumes, delete-volume
+	kind  string // status, volumes, delete-volume, images-in-use, prune-images
 	name  string
+	grace time.Duration // prune-images
 	reply chan response
 }
 
@@ -42,6 +43,21 @@ type Status struct {
 	// their outcome not yet recorded): while there are any, the report
 	// does not show where the node is going, only where it is.
 	Operations int `json:"operations"`
+}
+
+// ImageInfo is one OCI image of keel image list.
+type ImageInfo struct {
+	nodeexec.ImageInfo
+	// InUse says whether an instance of the node runs from it or needs
+	// it (such an image is never pruned).
+	InUse bool `json:"inUse"`
+}
+
+// PruneResult is what keel image prune did.
+type PruneResult struct {
+	Removed []nodeexec.ImageInfo `json:"removed"`
+	Layers  int                  `json:"layers"`
+	Freed   int64                `json:"freed"`
 }
 
 // VolumeInfo is one volume of keel volume list.
@@ -82,6 +98,27 @@ func (req request) handle(ctx context.Context, a *Agent) {
 		}
 		slices.SortFunc(out, func(x, y VolumeInfo) int { return compare(x.Name, y.Name) })
 		req.reply <- response{http.StatusOK, out}
+	case "images-in-use":
+		req.reply <- response{http.StatusOK, a.rec.ImagesInUse()}
+	case "prune-images":
+		reply := req.reply
+		err := a.rec.PruneImages(req.grace, func(res nodeexec.PruneResult, err error) {
+			if err != nil {
+				reply <- response{http.StatusInternalServerError, errBody(err)}
+				return
+			}
+			out := PruneResult{Removed: res.Removed, Layers: res.Layers, Freed: res.Freed}
+			if out.Removed == nil {
+				out.Removed = []nodeexec.ImageInfo{}
+			}
+			reply <- response{http.StatusOK, out}
+		})
+		switch {
+		case errors.Is(err, nodeexec.ErrPruning):
+			req.reply <- response{http.StatusConflict, errBody(err)}
+		case err != nil:
+			req.reply <- response{http.StatusBadRequest, errBody(err)}
+		}
 	case "delete-volume":
 		if err := render.CheckName(req.name); err != nil {
 			req.reply <- response{http.StatusBadRequest, errBody(err)}
@@ -144,6 +181,48 @@ func (a *Agent) ServeSocket(ctx context.Context, path string) error {
 	}
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { call(w, r, request{kind: "status"}) })
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) { call(w, r, request{kind: "volumes"}) })
+	mux.HandleFunc("GET /v1/images", func(w http.ResponseWriter, r *http.Request) {
+		// The images are listed here, off the loop (the driver's
+		// listing may be slow); the loop says which are in use.
+		store, ok := a.opts.Driver.(nodeexec.ImageStore)
+		if !ok {
+			http.Error(w, fmt.Sprintf("the %s driver keeps no OCI images", a.opts.Driver.Name()), http.StatusNotImplemented)
+			return
+		}
+		images, err := store.Images(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		req := request{kind: "images-in-use", reply: make(chan response, 1)}
+		select {
+		case a.requests <- req:
+		case <-r.Context().Done():
+			return
+		case <-ctx.Done():
+			http.Error(w, "agent stopping", http.StatusServiceUnavailable)
+			return
+		}
+		inUse, _ := (<-req.reply).body.([]string)
+		out := []ImageInfo{}
+		for _, img := range images {
+			out = append(out, ImageInfo{ImageInfo: img, InUse: slices.Contains(inUse, img.Digest)})
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	mux.HandleFunc("POST /v1/images/prune", func(w http.ResponseWriter, r *http.Request) {
+		grace := time.Duration(0)
+		if g := r.URL.Query().Get("grace"); g != "" {
+			d, err := time.ParseDuration(g)
+			if err != nil || d < 0 {
+				http.Error(w, "grace: a duration, not negative", http.StatusBadRequest)
+				return
+			}
+			grace = d
+		}
+		call(w, r, request{kind: "prune-images", grace: grace})
+	})
 	mux.HandleFunc("DELETE /v1/volumes/{name}", func(w http.ResponseWriter, r *http.Request) {
 		call(w, r, request{kind: "delete-volume", name: r.PathValue("name")})
 	})

@@ -78,6 +78,9 @@ stops the agent cleanly. See docs/agent.md.`,
 	maxPulls := f.Int("max-pulls", nodeexec.DefaultMaxPulls, "OCI image pulls that run at once, off the agent's loop")
 	imageMax := f.Int64("image-max-size", oci.DefaultMaxCompressed, "the most an OCI image's layers may weigh, compressed, in bytes")
 	imageMaxUnpacked := f.Int64("image-max-unpacked", oci.DefaultMaxUnpacked, "the most an OCI image's files may weigh, unpacked, in bytes")
+	imageGrace := f.Duration("image-gc-grace", nodeexec.DefaultImageGrace, "an unused OCI image added less than this long ago is never collected on the agent's own")
+	imageCacheMax := f.Int64("image-cache-max", 0, "collect unused OCI images when the images and their cached layers take more bytes than this (0: no limit)")
+	imageMinFree := f.Float64("image-min-free", 100*nodeexec.DefaultImageMinFree, "collect unused OCI images when less than this percentage of the state directory's file system is free (0: never)")
 	noWatch := f.Bool("no-watch", false, "do not watch a local repository for changes (poll only)")
 	verify := f.Bool("verify-signatures", false, "apply only commits signed by a key of --allowed-signers that descend from the last applied commit")
 	allowedSigners := f.String("allowed-signers", "", "OpenSSH allowed_signers file of the keys that may sign deployable commits (with --verify-signatures)")
@@ -228,9 +231,16 @@ stops the agent cleanly. See docs/agent.md.`,
 		if *maxPulls < 1 || *imageMax < 1 || *imageMaxUnpacked < 1 {
 			return errors.New("--max-pulls, --image-max-size and --image-max-unpacked must be positive")
 		}
+		if *imageGrace < 0 || *imageCacheMax < 0 || *imageMinFree < 0 || *imageMinFree >= 100 {
+			return errors.New("--image-gc-grace and --image-cache-max must not be negative, --image-min-free is a percentage from 0 to under 100")
+		}
+		imageGC := nodeexec.ImageGC{Grace: max(*imageGrace, time.Nanosecond), MaxSize: *imageCacheMax, MinFree: *imageMinFree / 100}
+		if *imageMinFree == 0 {
+			imageGC.MinFree = -1 // never
+		}
 		reg := prometheus.NewRegistry()
 		a, err := agent.New(agent.Options{
-			RegistryConfig: regConfig, MaxPulls: *maxPulls, ImageMaxCompressed: *imageMax, ImageMaxUnpacked: *imageMaxUnpacked,
+			RegistryConfig: regConfig, MaxPulls: *maxPulls, ImageMaxCompressed: *imageMax, ImageMaxUnpacked: *imageMaxUnpacked, ImageGC: imageGC,
 			Ingress: ingressOpts, Forge: forgeOpts,
 			Node: *node, StateDir: abs, Driver: driver, Version: Version, Logger: logger, Registry: reg,
 			Remote: remote,

@@ -183,3 +183,61 @@ only way one is ever destroyed. It asks for confirmation unless --yes.`,
 }
 
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+func (e *env) imageCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "image", Short: "List or prune this node's OCI images"}
+	list := &cobra.Command{Use: "list", Short: "List the OCI images unpacked on this node and whether an instance uses them", Args: cobra.NoArgs}
+	socket, stateDir := socketFlags(list)
+	format := formatFlag(list, "text", "json")
+	list.RunE = func(cmd *cobra.Command, _ []string) error {
+		var images []agent.ImageInfo
+		if err := callAPI(e.ctx, *socket, *stateDir, "GET", "/v1/images", &images); err != nil {
+			return err
+		}
+		if *format == "json" {
+			return writeJSON(e.stdout, images)
+		}
+		fmt.Fprintf(e.stdout, "%-71s %-6s %12s %12s %s\n", "DIGEST", "IN USE", "UNPACKED", "LAYERS", "ADDED")
+		for _, img := range images {
+			inUse := "no"
+			if img.InUse {
+				inUse = "yes"
+			}
+			fmt.Fprintf(e.stdout, "%-71s %-6s %12d %12d %s\n", img.Digest, inUse, img.Unpacked, img.Size, img.Added.UTC().Format(time.RFC3339))
+		}
+		return nil
+	}
+	prune := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove the OCI images no instance of this node uses or needs, and their cached layers",
+		Long: `Prune removes, at once, the OCI images unpacked on this node that no
+instance runs from or needs (running, starting, pulling or held back by a
+rollout), added more than --grace ago, and the cached layers no image
+left uses. The agent also does this on its own when the images pass
+--image-cache-max or the disk has less than --image-min-free free
+(docs/images.md). An image pruned that is needed again is pulled again.`,
+		Args: cobra.NoArgs,
+	}
+	psocket, pstateDir := socketFlags(prune)
+	grace := prune.Flags().Duration("grace", 0, "keep the images added less than this long ago")
+	pformat := formatFlag(prune, "text", "json")
+	prune.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *grace < 0 {
+			return errors.New("--grace must not be negative")
+		}
+		var res agent.PruneResult
+		if err := callAPI(e.ctx, *psocket, *pstateDir, "POST", "/v1/images/prune?grace="+grace.String(), &res); err != nil {
+			return err
+		}
+		if *pformat == "json" {
+			return writeJSON(e.stdout, res)
+		}
+		for _, img := range res.Removed {
+			fmt.Fprintf(e.stdout, "removed %s (%d bytes)\n", img.Digest, img.Unpacked)
+		}
+		fmt.Fprintf(e.stdout, "%d images and %d layers removed, %d bytes freed\n", len(res.Removed), res.Layers, res.Freed)
+		return nil
+	}
+	cmd.AddCommand(list, prune)
+	return cmd
+}

@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/compression"
 
+	"github.com/keel-dev/keel/agent"
 	"github.com/keel-dev/keel/localcluster"
 	"github.com/keel-dev/keel/nodeexec/oci/ocitest"
 	"github.com/keel-dev/keel/render"
@@ -121,4 +124,39 @@ func TestOCIImages(t *testing.T) {
 			}
 		}
 	}
+
+	// keel image list and prune on a node: v1 is unused, v2 in use.
+	dir := c.stateDirs(c.Nodes[0])[0]
+	keel := func(out any, args ...string) {
+		t.Helper()
+		cmd := exec.Command(keelBin, append(args, "--state-dir", dir, "-o", "json")...)
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("keel %s: %v %s", strings.Join(args, " "), err, b)
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("keel %s: %v: %s", strings.Join(args, " "), err, b)
+		}
+	}
+	digest := func(image string) string { ref, _ := render.ParseImage(image); return ref.Digest }
+	var images []agent.ImageInfo
+	keel(&images, "image", "list")
+	inUse := map[string]bool{}
+	for _, img := range images {
+		inUse[img.Digest] = img.InUse
+	}
+	if len(images) != 2 || !inUse[digest(v2)] || inUse[digest(v1)] {
+		t.Fatalf("keel image list: %+v; want v1 unused and v2 in use", images)
+	}
+	var pruned agent.PruneResult
+	keel(&pruned, "image", "prune")
+	if len(pruned.Removed) != 1 || pruned.Removed[0].Digest != digest(v1) || pruned.Layers != 1 {
+		t.Fatalf("keel image prune: %+v; want v1 and its own layer removed", pruned)
+	}
+	images = nil
+	keel(&images, "image", "list")
+	if len(images) != 1 || images[0].Digest != digest(v2) {
+		t.Fatalf("keel image list after the prune: %+v", images)
+	}
+	c.checkAnswers("web", 3, "image-v2")
 }

@@ -202,4 +202,7 @@ type ImageInfo struct {
 	Size     int64     `json:"size"`     // its layers, compressed
 	Unpacked int64     `json:"unpacked"` // bytes of its files
 	Added    time.Time `json:"added"`
+	// Layers are its layers' digests (in the puller's cache while an
+	// image that has them is kept).
+	Layers []string `json:"layers,omitempty"`
 }

@@ -53,7 +53,14 @@ func ociImage(spec render.JailSpec) (render.ImageRef, bool) {
 // found or added it. Otherwise it asks for the pull.
 func (r *Reconciler) imageReady(spec render.JailSpec, now time.Time) bool {
 	ref, ok := ociImage(spec)
-	if !ok || r.images[ref.Digest] {
+	if !ok {
+		return true
+	}
+	r.wanted[ref.Digest] = true
+	if r.gc.running && !r.gc.inUse[ref.Digest] {
+		return false // it may be being removed: wait for the collection
+	}
+	if r.images[ref.Digest] {
 		return true
 	}
 	r.wantPull(ref, now)
@@ -143,6 +150,7 @@ func (r *Reconciler) runPull(ctx context.Context, p *pull) error {
 func (r *Reconciler) collectPulls(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.collectGC()
 	for digest, p := range r.pulls {
 		if !p.running || !p.ended {
 			continue
@@ -213,8 +221,9 @@ func (r *Reconciler) pullStatus(name, digest string) *report.Pull {
 func (r *Reconciler) ForgetImage(digest string) { delete(r.images, digest) }
 
 // ImagesInUse are the OCI images (digests) that the instances this node
-// holds or is pulling for were made from or wait for: never to be
-// removed. Only the owner calls it.
+// holds were made from, or that the instances placed here need (pulled,
+// being pulled or to be pulled): never to be removed. Only the owner
+// calls it.
 func (r *Reconciler) ImagesInUse() []string {
 	in := map[string]bool{}
 	for _, st := range r.state.Instances {
@@ -228,6 +237,9 @@ func (r *Reconciler) ImagesInUse() []string {
 		}
 	}
 	for d := range r.pulls {
+		in[d] = true
+	}
+	for d := range r.wanted {
 		in[d] = true
 	}
 	return slices.Sorted(maps.Keys(in))

@@ -1,6 +1,7 @@
 package nodeexec_test
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/compression"
 
+	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/nodeexec/oci/ocitest"
 	"github.com/keel-dev/keel/report"
@@ -155,5 +157,103 @@ func TestUnreachableRegistryKeepsTheInstance(t *testing.T) {
 	w.waitWake()
 	if res := w.pass(); res.Replaced != 1 {
 		t.Fatalf("registry back: %+v", res)
+	}
+}
+
+func TestPruneImages(t *testing.T) {
+	reg := ocitest.NewRegistry(t)
+	shared := ocitest.Layer(t, compression.GZip, ocitest.File("usr/lib/libc.so", strings.Repeat("c", 4096), 0o644))
+	v1 := reg.Push(t, "app", ocitest.Image(t, shared, ocitest.Layer(t, compression.GZip, ocitest.File("bin/app", "v1", 0o755))))
+	v2 := reg.Push(t, "app", ocitest.Image(t, shared, ocitest.Layer(t, compression.GZip, ocitest.File("bin/app", "v2", 0o755))))
+	w := newWorld(t, map[string]string{"a.yaml": withImage("app", ocitest.Spec(v2))})
+	w.puller = &oci.Puller{Dir: t.TempDir()}
+	w.newReconciler()
+	w.passOnce()
+	w.waitWake()
+	w.pass()
+	w.set("a.yaml", withImage("app", ocitest.Spec(v1)))
+	w.passOnce()
+	w.waitWake()
+	w.pass()
+	if imgs, _ := w.drv.Images(t.Context()); len(imgs) != 2 {
+		t.Fatalf("images on the node: %+v", imgs)
+	}
+	prune := func(grace time.Duration) (nodeexec.PruneResult, error) {
+		t.Helper()
+		type out struct {
+			res nodeexec.PruneResult
+			err error
+		}
+		ch := make(chan out, 1)
+		if err := w.rec.PruneImages(grace, func(res nodeexec.PruneResult, err error) { ch <- out{res, err} }); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.rec.PruneImages(grace, nil); !errors.Is(err, nodeexec.ErrPruning) {
+			t.Errorf("a second prune while one runs: %v", err)
+		}
+		o := <-ch
+		w.waitWake()
+		w.pass() // folds it
+		return o.res, o.err
+	}
+	// Within the grace period both are kept.
+	if res, err := prune(time.Hour); err != nil || len(res.Removed) != 0 || len(res.Kept) != 2 {
+		t.Fatalf("prune within the grace: %+v, %v", res, err)
+	}
+	res, err := prune(0)
+	if err != nil || len(res.Removed) != 1 || res.Removed[0].Digest != v2.Digest || res.Layers != 1 {
+		t.Fatalf("prune: %+v, %v; want v2 and its own layer removed", res, err)
+	}
+	blobs, _ := w.puller.Blobs()
+	if len(blobs) != 2 {
+		t.Errorf("layers left: %v, want v1's two", blobs)
+	}
+	if _, ok := w.running()["app"]; !ok {
+		t.Fatal("the prune stopped the instance")
+	}
+	// Back to v2: pulled again (its shared layer is still there).
+	before := reg.Blobs.Load()
+	w.set("a.yaml", withImage("app", ocitest.Spec(v2)))
+	w.passOnce()
+	if ri := statusOf(t, w, "app"); ri.Pull == nil {
+		t.Fatalf("v2 after its prune: %+v, want it pulled again", ri)
+	}
+	w.waitWake()
+	if res := w.pass(); res.Replaced != 1 {
+		t.Fatalf("v2 after its prune: %+v", res)
+	}
+	if got := reg.Blobs.Load() - before; got != 2 {
+		t.Errorf("pulling v2 again fetched %d blobs, want 2 (its config and its own layer)", got)
+	}
+
+	// The automatic collection: only past a bound, only past the grace.
+	w.rec.Close()
+	w.newReconcilerWith(func(c *nodeexec.Config) { c.ImageGC = nodeexec.ImageGC{MaxSize: 1, MinFree: -1} })
+	collect := func() nodeexec.PruneResult {
+		t.Helper()
+		w.pass()
+		ch := make(chan nodeexec.PruneResult, 1)
+		w.rec.CollectImages(func(res nodeexec.PruneResult, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			ch <- res
+		})
+		res := <-ch
+		w.pass() // folds it
+		return res
+	}
+	if res := collect(); len(res.Removed) != 0 || res.Reason == "" {
+		t.Fatalf("the collection within the grace: %+v", res)
+	}
+	if imgs, _ := w.drv.Images(t.Context()); len(imgs) != 2 {
+		t.Fatalf("the collection removed an image within its grace: %+v", imgs)
+	}
+	w.clk.advance(2 * time.Hour)
+	if res := collect(); len(res.Removed) != 1 || !strings.Contains(res.Reason, "more than the 1 allowed") {
+		t.Fatalf("the collection past the grace: %+v", res)
+	}
+	if imgs, _ := w.drv.Images(t.Context()); len(imgs) != 1 || imgs[0].Digest != v2.Digest {
+		t.Fatalf("after the collection: %+v, want v2 only (in use)", imgs)
 	}
 }

@@ -65,6 +65,8 @@ type Config struct {
 	// why). MaxPulls bounds the pulls at once (DefaultMaxPulls when 0).
 	Puller   *oci.Puller
 	MaxPulls int
+	// ImageGC bounds the images kept (CollectImages).
+	ImageGC ImageGC
 }
 
 // Desired is this node's view of what should run: the model of the last
@@ -130,6 +132,8 @@ type Reconciler struct {
 	images    map[string]bool       // OCI images the driver has, by digest
 	pulling   map[string]*operation // instances whose start waits for their image, as of the last pass
 	pullWaits map[string]pullWait   // since when they wait, by instance
+	wanted    map[string]bool       // OCI images the last pass's instances need, by digest
+	gc        imageGC               // the image collection, when one runs
 	folded    Result                // what was folded since the last Pass returned
 	unsaved   bool                  // an outcome was folded since the state was saved
 	saved     []byte                // the state as last written
@@ -175,7 +179,7 @@ func NewReconciler(cfg Config) (*Reconciler, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Reconciler{
 		cfg: cfg, state: st, log: cfg.Logger, ops: map[string]*operation{}, held: map[string]retry{}, drain: map[string]time.Time{}, unwell: map[string]unwell{},
-		pulls: map[string]*pull{}, images: map[string]bool{}, pulling: map[string]*operation{}, pullWaits: map[string]pullWait{},
+		pulls: map[string]*pull{}, images: map[string]bool{}, pulling: map[string]*operation{}, pullWaits: map[string]pullWait{}, wanted: map[string]bool{},
 		folded: newResult(), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
 	}, nil
 }
@@ -267,6 +271,7 @@ func (r *Reconciler) save() error {
 // a later pass (an operation that ends wakes the owner).
 func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time, res *Result) {
 	clear(r.pulling)
+	clear(r.wanted)
 	mine := map[string]planner.Placement{}
 	elsewhere := map[string]planner.Placement{}
 	for _, pl := range d.Plan.Placements {

@@ -94,14 +94,21 @@ func newWorld(t *testing.T, specs map[string]string) *world {
 
 // newReconciler starts the reconciler afresh (an agent restart), closing
 // the previous one.
-func (w *world) newReconciler() {
+func (w *world) newReconciler() { w.newReconcilerWith(nil) }
+
+// newReconcilerWith is newReconciler with a change to the configuration.
+func (w *world) newReconcilerWith(change func(*nodeexec.Config)) {
 	w.t.Helper()
 	if w.rec != nil {
 		if err := w.rec.Close(); err != nil {
 			w.t.Fatal(err)
 		}
 	}
-	rec, err := nodeexec.NewReconciler(nodeexec.Config{Node: "n1", Driver: w.drv, StateDir: w.dir, Now: w.clk.now, StopGrace: time.Second, MaxParallel: w.maxParallel, Puller: w.puller})
+	cfg := nodeexec.Config{Node: "n1", Driver: w.drv, StateDir: w.dir, Now: w.clk.now, StopGrace: time.Second, MaxParallel: w.maxParallel, Puller: w.puller}
+	if change != nil {
+		change(&cfg)
+	}
+	rec, err := nodeexec.NewReconciler(cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}

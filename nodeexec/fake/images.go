@@ -31,7 +31,7 @@ func (d *Driver) AddImage(_ context.Context, img *oci.Image, _ int64) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.images[img.Digest] = nodeexec.ImageInfo{Digest: img.Digest, Manifest: img.Manifest, Size: img.Size, Added: d.now()}
+	d.images[img.Digest] = nodeexec.ImageInfo{Digest: img.Digest, Manifest: img.Manifest, Size: img.Size, Added: d.now(), Layers: img.LayerDigests()}
 	d.imageAdds++
 	return nil
 }

@@ -98,6 +98,15 @@ type Image struct {
 	Size int64
 }
 
+// LayerDigests are the digests of the image's layers.
+func (img *Image) LayerDigests() []string {
+	out := make([]string, len(img.Layers))
+	for i, l := range img.Layers {
+		out[i] = l.Digest
+	}
+	return out
+}
+
 // Layer is a layer in the cache.
 type Layer struct {
 	Digest    string
@@ -363,3 +372,45 @@ func cmpKeychain(k authn.Keychain) authn.Keychain {
 type anonymous struct{}
 
 func (anonymous) Resolve(authn.Resource) (authn.Authenticator, error) { return authn.Anonymous, nil }
+
+// Blobs lists the layers in the cache, by digest, with their sizes.
+func (p *Puller) Blobs() (map[string]int64, error) {
+	dir := filepath.Join(p.Dir, "blobs", "sha256")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]int64{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, e := range entries {
+		if _, err := CheckDigest("sha256:" + e.Name()); err != nil || !e.Type().IsRegular() {
+			continue // a download under way (.partial-*), or not Keel's
+		}
+		if fi, err := e.Info(); err == nil {
+			out["sha256:"+e.Name()] = fi.Size()
+		}
+	}
+	return out, nil
+}
+
+// RemoveBlob removes a layer from the cache. A pull that needs it later
+// downloads it again.
+func (p *Puller) RemoveBlob(digest string) error {
+	hex, err := CheckDigest(digest)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	_, busy := p.fetching[digest]
+	p.mu.Unlock()
+	if busy {
+		return fmt.Errorf("layer %s is being downloaded", digest)
+	}
+	err = os.Remove(filepath.Join(p.Dir, "blobs", "sha256", hex))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}

@@ -82,7 +82,7 @@ func (d *Driver) AddImage(ctx context.Context, img *oci.Image, maxUnpacked int64
 	if err != nil {
 		return err
 	}
-	info := nodeexec.ImageInfo{Digest: img.Digest, Manifest: img.Manifest, Size: img.Size, Unpacked: n, Added: d.now().UTC()}
+	info := nodeexec.ImageInfo{Digest: img.Digest, Manifest: img.Manifest, Size: img.Size, Unpacked: n, Added: d.now().UTC(), Layers: img.LayerDigests()}
 	data, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {
 		return err
