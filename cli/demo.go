@@ -25,10 +25,12 @@ const demoHost = "www.keel.test"
 
 // demoFiles are the demo cluster's workloads: repo-example's, on loopback,
 // each instance running keel's own demo-web service.
-func demoFiles(keel string) map[string]string {
+func demoFiles(keel, webImage string) map[string]string {
 	return map[string]string{
-		"apps/web.yaml": fmt.Sprintf(`# A stateless web service: three replicas behind one VIP.
-# Try: change replicas or GREETING, then commit and git push.
+		"apps/web.yaml": fmt.Sprintf(`# A stateless web service: three replicas behind one VIP, from the
+# demo's OCI image (its etc/version is what GET /version answers).
+# Try: change replicas or GREETING, then commit and git push; or push a
+# new image (keel demo-image) and commit its digest.
 apiVersion: keel/v1
 kind: Service
 metadata:
@@ -37,8 +39,8 @@ spec:
   replicas: 3
   port: 8080
   template:
-    image: base/demo
-    command: [%q, demo-web, --port, "8080"]
+    image: %s
+    command: [%q, demo-web, --port, "8080", --version-file, etc/version]
     env:
       GREETING: hello
       HEALTHZ: ok               # fail: /healthz answers 503, a version never ready
@@ -49,7 +51,7 @@ spec:
     resources: {cpu: 100m, memory: 64M}
   strategy:
     progressDeadline: 15s       # a replica not ready by then pauses the rollout
-`, keel),
+`, webImage, keel),
 		"apps/db.yaml": fmt.Sprintf(`# A stateful service: each replica keeps its request count in its volume,
 # and stays pinned to its node by keel.lock.
 apiVersion: keel/v1
@@ -121,8 +123,18 @@ was given.`,
 			}
 			defer os.RemoveAll(root)
 		}
+		reg, err := startDemoRegistry()
+		if err != nil {
+			return fmt.Errorf("the demo's registry: %w", err)
+		}
+		defer reg.Close()
+		webImage, err := pushDemoImage(e.ctx, reg.host, "v1")
+		if err != nil {
+			return fmt.Errorf("the demo's web image: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "keel demo: an OCI registry on %s serves the web application's image, version v1\n", reg.host)
 		nodes := []string{"n1", "n2", "n3"}
-		opts := localcluster.Options{Dir: root, Keel: keel, Files: demoFiles(keel), Nodes: nodes, IngressNodes: nodes, ReportKeys: true,
+		opts := localcluster.Options{Dir: root, Keel: keel, Files: demoFiles(keel, webImage), Nodes: nodes, IngressNodes: nodes, ReportKeys: true,
 			NodeArgs: map[string][]string{}, Gossip: true}
 		fmt.Fprintln(e.stdout, "keel demo: starting Pebble, a local ACME CA, for the Ingress's certificate...")
 		ing, err := startDemoACME(root, nodes)
@@ -165,7 +177,7 @@ was given.`,
 			return fmt.Errorf("the demo's Ingress is not served over HTTPS (agent logs: %s): %w", filepath.Join(root, "nodes", "*", "agent.log"), err)
 		}
 		fmt.Fprintln(e.stdout)
-		e.printDemo(c, keel)
+		e.printDemo(c, keel, reg.host)
 		// The status views over the demo's repository: keel status and the
 		// dashboard, served in-process until Ctrl-C.
 		dash, err := e.startDemoDashboard(c.Bare, keel)
@@ -182,7 +194,7 @@ was given.`,
 
 // printDemo shows the demo cluster and the commands to try, with keel's
 // absolute path (they are run from the demo's work tree).
-func (e *env) printDemo(c *localcluster.Cluster, keel string) {
+func (e *env) printDemo(c *localcluster.Cluster, keel, registry string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -274,7 +286,16 @@ replica is restarted with it and gets no traffic; past the progressDeadline
 Roll back: git revert, paced as any rollout:
   git revert --no-edit HEAD && git push -q origin main
 
-`, shellQuote(keel), web, metrics, c.Work)
+Deploy a new build of the application by its digest: CI would build the
+image and push it; here keel demo-image builds version v2, pushes it to the
+demo's registry and prints its reference pinned by digest, which the commit
+puts in apps/web.yaml. Each node pulls and verifies the image, and the
+replicas are replaced one at a time, under load, with no failed request:
+  curl -s %[2]sversion
+  %[1]s demo-load --duration 12s %[2]s & sleep 1; image=$(%[1]s demo-image --registry %[5]s --version v2) && sed -i "s|image: oci://.*|image: $image|" apps/web.yaml && git commit -qam "web: version v2" && git push -q origin main; wait $!
+  curl -s %[2]sversion
+
+`, shellQuote(keel), web, metrics, c.Work, registry)
 }
 
 func shellQuote(s string) string {

@@ -52,6 +52,7 @@ func (e *env) demoWebCommand() *cobra.Command {
 	port := cmd.Flags().Int("port", 8080, "TCP port to listen on, at $KEEL_ADDRESS")
 	data := cmd.Flags().String("data", "", "a directory (volume) where the request count is kept")
 	bindDelay := cmd.Flags().Duration("bind-delay", 0, "wait this long after starting before listening (a service slow to start)")
+	versionFile := cmd.Flags().String("version-file", "", "answer GET /version with this file's content (relative to the instance's root: a file of its image)")
 	greetingFile := cmd.Flags().String("greeting-file", "", "read the greeting from this file (relative to the instance's root: a file of its image) rather than $GREETING")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		addr := os.Getenv("KEEL_ADDRESS")
@@ -74,6 +75,14 @@ func (e *env) demoWebCommand() *cobra.Command {
 				return err
 			}
 			greeting = strings.TrimSpace(string(b))
+		}
+		version := ""
+		if *versionFile != "" {
+			b, err := os.ReadFile(*versionFile)
+			if err != nil {
+				return err
+			}
+			version = strings.TrimSpace(string(b))
 		}
 		healthy := os.Getenv("HEALTHZ") != "fail"
 		mux := http.NewServeMux()
@@ -109,6 +118,13 @@ func (e *env) demoWebCommand() *cobra.Command {
 				msg = "hello"
 			}
 			fmt.Fprintf(w, "%s from %s on node %s (request %d)\n", msg, os.Getenv("KEEL_INSTANCE"), os.Getenv("KEEL_NODE"), n)
+		})
+		mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
+			if version == "" {
+				http.NotFound(w, r)
+				return
+			}
+			fmt.Fprintf(w, "%s from %s on node %s\n", version, os.Getenv("KEEL_INSTANCE"), os.Getenv("KEEL_NODE"))
 		})
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 			if !healthy {

@@ -34,6 +34,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -625,6 +626,17 @@ func TestDemoCommands(t *testing.T) {
 			}
 			_ = syscall.Kill(pid, syscall.SIGTERM)
 			waitGone(pid, time.Minute)
+		case strings.Contains(c, " demo-image "):
+			// The new build reaches every replica: the VIP answers
+			// /version with v2 only, from each of the three.
+			i := slices.Index(f, "--duration")
+			if i < 0 || i+2 >= len(f) {
+				t.Fatalf("`%s`: no URL after demo-load --duration", c)
+			}
+			url := f[i+2] + "version"
+			if err := waitVersion(url, "v2", 3, 2*time.Minute); err != nil {
+				t.Errorf("after `%s`: %v", c, err)
+			}
 		case f[0] == "kill":
 			pid, _ := strconv.Atoi(f[len(f)-1])
 			if !waitGone(pid, time.Minute) {
@@ -737,4 +749,38 @@ func TestDemoCommandsParse(t *testing.T) {
 			t.Errorf("command %d is %q, want it to start with %q", i, got[i], want[i])
 		}
 	}
+}
+
+// waitVersion waits until url answers want from n different instances
+// and nothing else in a row of 3n requests, each on a connection of its
+// own (the VIP's proxy picks an endpoint per connection).
+func waitVersion(url, want string, n int, timeout time.Duration) error {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		from := map[string]bool{}
+		ok := true
+		for range 3 * n {
+			resp, err := client.Get(url)
+			if err != nil {
+				last, ok = err.Error(), false
+				break
+			}
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+			resp.Body.Close()
+			last = string(b)
+			version, rest, _ := strings.Cut(last, " from ")
+			if version != want {
+				ok = false
+				break
+			}
+			from[strings.Fields(rest + " ?")[0]] = true
+		}
+		if ok && len(from) == n {
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer %s from %d instances within %s (last: %q)", url, want, n, timeout, last)
 }
