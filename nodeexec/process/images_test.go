@@ -1,13 +1,18 @@
 package process
 
 import (
+	"crypto/rand"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/compression"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/nodeexec/oci/ocitest"
@@ -90,4 +95,90 @@ func TestInstancesStartFromAnOCIImage(t *testing.T) {
 	if _, err := d.HasImage(ctx, "sha256:../../etc"); err == nil {
 		t.Error("HasImage took a digest that climbs")
 	}
+}
+
+// BenchmarkStartFromImage: the 100 MB image of 5 layers (as
+// nodeexec/oci's BenchmarkPull) made into an instance's root: cold (the
+// image pulled and unpacked first, then the root made) and warm (the
+// image on the node: only the root, hard links); and the disk that ten
+// instances of it take, reported as disk-MB (du of the image and the ten
+// roots, hard links counted once).
+func BenchmarkStartFromImage(b *testing.B) {
+	reg := ocitest.NewRegistry(b)
+	var layers []v1.Layer
+	for i := range 5 {
+		big := make([]byte, 20<<20)
+		if _, err := rand.Read(big); err != nil {
+			b.Fatal(err)
+		}
+		ents := []ocitest.Entry{ocitest.File(fmt.Sprintf("usr/lib/big%d", i), string(big), 0o644)}
+		for j := range 200 {
+			ents = append(ents, ocitest.File(fmt.Sprintf("usr/share/l%d/f%d", i, j), "x", 0o644))
+		}
+		layers = append(layers, ocitest.Layer(b, compression.GZip, ents...))
+	}
+	ref := reg.Push(b, "bench/app", ocitest.Image(b, layers...))
+	s := spec("web-0", "true")
+	s.Spec.Image = ocitest.Spec(ref)
+	root := func(d *Driver, name string) {
+		if _, err := d.ensureRoot(name, s.Spec.Image); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			d := newDriver(b, Options{})
+			p := &oci.Puller{Dir: b.TempDir()}
+			b.StartTimer()
+			img, err := p.Fetch(b.Context(), ref, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := d.AddImage(b.Context(), img, 0); err != nil {
+				b.Fatal(err)
+			}
+			root(d, "web-0")
+		}
+	})
+	d := newDriver(b, Options{})
+	img, err := (&oci.Puller{Dir: b.TempDir()}).Fetch(b.Context(), ref, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := d.AddImage(b.Context(), img, 0); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("warm", func(b *testing.B) {
+		n := 0
+		for b.Loop() {
+			n++
+			root(d, fmt.Sprintf("web-%d", n))
+		}
+	})
+	b.Run("ten-instances", func(b *testing.B) {
+		d := newDriver(b, Options{})
+		if err := d.AddImage(b.Context(), img, 0); err != nil {
+			b.Fatal(err)
+		}
+		iter := 0
+		for b.Loop() {
+			for i := range 10 {
+				root(d, fmt.Sprintf("ten-%d-%d", iter, i))
+			}
+			iter++
+		}
+		// du counts a file linked from several of its arguments once.
+		args := []string{"-skc", filepath.Join(d.root, "images")}
+		for i := range 10 {
+			args = append(args, d.instanceDir(fmt.Sprintf("ten-0-%d", i)))
+		}
+		out, err := exec.Command("du", args...).Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		kb, _ := strconv.Atoi(strings.Fields(lines[len(lines)-1])[0])
+		b.ReportMetric(float64(kb)/1024, "disk-MB")
+	})
 }
