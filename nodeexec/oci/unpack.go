@@ -20,8 +20,13 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// maxEntries bounds the files, directories and links of an image.
-const maxEntries = 4 << 20
+// maxEntries bounds the files, directories and links of an image, and
+// maxNameBytes the bytes of their paths together (what Unpack keeps in
+// memory per entry).
+const (
+	maxEntries   = 4 << 20
+	maxNameBytes = 256 << 20
+)
 
 // Whiteouts (the OCI image spec's layer format): a file .wh.<name>
 // removes <name> of the layers below; .wh..wh..opq makes its directory
@@ -45,7 +50,7 @@ func Unpack(ctx context.Context, img *Image, dir string, max int64) (int64, erro
 		return 0, err
 	}
 	defer root.Close()
-	u := &unpacker{ctx: ctx, root: root, left: max, entries: maxEntries, chown: os.Geteuid() == 0}
+	u := &unpacker{ctx: ctx, root: root, left: max, entries: maxEntries, names: maxNameBytes, chown: os.Geteuid() == 0}
 	for _, l := range img.Layers {
 		if err := u.layer(l); err != nil {
 			return 0, fmt.Errorf("layer %s: %w", l.Digest, err)
@@ -60,6 +65,7 @@ type unpacker struct {
 	root    *os.Root
 	left    int64 // bytes that files may still take
 	entries int
+	names   int  // bytes of paths that entries may still take
 	chown   bool // running as root: ownership is kept
 	// dirs are the directories' metadata, applied at the end (deepest
 	// first) so that a read-only directory never blocks what goes in it.
@@ -112,6 +118,9 @@ func (u *unpacker) layer(l Layer) error {
 		}
 		if u.entries--; u.entries < 0 {
 			return fmt.Errorf("more than %d entries", maxEntries)
+		}
+		if u.names -= len(h.Name) + len(h.Linkname); u.names < 0 {
+			return fmt.Errorf("paths of more than %d bytes together", maxNameBytes)
 		}
 		if err := u.entry(h, tr); err != nil {
 			return fmt.Errorf("%q: %w", h.Name, err)
