@@ -158,6 +158,9 @@ func TestHostileLayersAreRefused(t *testing.T) {
 		{"hard link out", []ocitest.Entry{ocitest.Hardlink("passwd", "../../../../etc/passwd")}, `a path with "..": refused`},
 		{"hard link through a symlink", []ocitest.Entry{ocitest.Symlink("etc", "/etc"), ocitest.Hardlink("passwd", "etc/passwd")}, "not a file of the image"},
 		{"whiteout climbing", []ocitest.Entry{ocitest.File("../.wh.etc", "", 0o644)}, `a path with "..": refused`},
+		{"whiteout with a body", []ocitest.Entry{ocitest.File("etc/.wh.passwd", strings.Repeat("x", 1024), 0o644)}, "a whiteout that is not an empty file: refused"},
+		{"path too deep", []ocitest.Entry{ocitest.File(strings.Repeat("a/", 300)+"f", "x", 0o644)}, "deeper than 256: refused"},
+		{"path too long", []ocitest.Entry{ocitest.File(strings.Repeat("abcdefgh/", 500)+"f", "x", 0o644)}, "longer than 4096 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := reg.Push(t, "hostile/"+strings.ReplaceAll(tc.name, " ", "-"), ocitest.Image(t, ocitest.Layer(t, compression.GZip, tc.ents...)))
@@ -369,5 +372,53 @@ func TestIndexPicksThePlatform(t *testing.T) {
 	p.Platform = v1.Platform{OS: "freebsd", Architecture: "riscv64"}
 	if _, err := p.Fetch(t.Context(), ref, nil); err == nil || !strings.Contains(err.Error(), "no child with platform") {
 		t.Errorf("Fetch for a platform the index lacks = %v", err)
+	}
+}
+
+func TestWhiteoutsHideLowerLayersOnly(t *testing.T) {
+	reg := ocitest.NewRegistry(t)
+	ref := reg.Push(t, "wh", ocitest.Image(t,
+		ocitest.Layer(t, compression.GZip, ocitest.Dir("d", 0o700), ocitest.File("d/old", "old", 0o644), ocitest.File("lower", "l", 0o644)),
+		ocitest.Layer(t, compression.GZip,
+			ocitest.File("new", "mine", 0o644), ocitest.File(".wh.new", "", 0o644), // its own layer's: kept
+			ocitest.File(".wh.lower", "", 0o644),
+			ocitest.File(".wh.d", "", 0o644), ocitest.File("d/fresh", "f", 0o644)), // d made again, implicitly
+	))
+	root, err := pullInto(t, &oci.Puller{Dir: t.TempDir()}, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "new")); err != nil || string(b) != "mine" {
+		t.Errorf("new = %q, %v: a whiteout removed a file of its own layer", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "lower")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("lower: %v, want it whited out", err)
+	}
+	// The removed d's metadata (mode 0700) is not applied to the new d.
+	if fi, err := os.Stat(filepath.Join(root, "d")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("d: %v, %v; want the mode of a directory made implicitly (0755)", fi.Mode(), err)
+	}
+}
+
+func TestTamperedCacheIsRefused(t *testing.T) {
+	reg := ocitest.NewRegistry(t)
+	ref := reg.Push(t, "tamper", ocitest.Image(t, ocitest.Layer(t, compression.None, ocitest.File("etc/motd", "the real one", 0o644))))
+	p := &oci.Puller{Dir: t.TempDir()}
+	img, err := p.Fetch(t.Context(), ref, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same size, other bytes: a cache changed after its verification.
+	b, err := os.ReadFile(img.Layers[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 1 // in the tar's (or gzip's) trailer: a change only the digest sees
+	os.Chmod(img.Layers[0].Path, 0o644)
+	if err := os.WriteFile(img.Layers[0].Path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oci.Unpack(t.Context(), img, t.TempDir(), 0); err == nil || !strings.Contains(err.Error(), "does not match its digest") {
+		t.Errorf("Unpack of a tampered cache = %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +28,13 @@ import (
 const (
 	maxEntries   = 4 << 20
 	maxNameBytes = 256 << 20
+	// maxPath and maxDepth bound one entry's path (PATH_MAX, and a depth
+	// no real file system layout comes near), maxPAX the bytes of its
+	// PAX records other than its path and link (what tar keeps per
+	// header, up to 1 MiB each otherwise).
+	maxPath  = 4096
+	maxDepth = 256
+	maxPAX   = 64 << 10
 )
 
 // Whiteouts (the OCI image spec's layer format): a file .wh.<name>
@@ -68,23 +77,53 @@ type unpacker struct {
 	names   int  // bytes of paths that entries may still take
 	chown   bool // running as root: ownership is kept
 	// dirs are the directories' metadata, applied at the end (deepest
-	// first) so that a read-only directory never blocks what goes in it.
-	dirs map[string]*tar.Header
+	// first) so that a read-only directory never blocks what goes in it;
+	// removed says when (at which entry) a whiteout last removed a path,
+	// so that the metadata of a directory removed since is not applied
+	// to what is there now.
+	dirs    map[string]dirMeta
+	removed map[string]int
+	seq     int // entries seen
 	// layerPaths are the paths the current layer wrote and their parents:
 	// an opaque marker removes only what the layers below put there.
 	layerPaths map[string]bool
 }
 
+// dirMeta is a directory's metadata, from its tar header.
+type dirMeta struct {
+	mode     fs.FileMode
+	uid, gid int
+	mtime    time.Time
+	seq      int // the entry it came from
+}
+
 // layer applies one layer.
-func (u *unpacker) layer(l Layer) error {
+func (u *unpacker) layer(l Layer) (err error) {
 	f, err := os.Open(l.Path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	want, err := CheckDigest(l.Digest)
+	if err != nil {
+		return err
+	}
+	// The cached blob was verified when it was downloaded; it is hashed
+	// again as it is read, so that a cache changed since (a disk error,
+	// a hand) is noticed: the layer's whole content is checked at the
+	// end, before the image is taken for whole.
+	hash := sha256.New()
+	tee := io.TeeReader(ctxReader{u.ctx, f}, hash)
+	defer func() {
+		if err == nil {
+			if _, err = io.Copy(io.Discard, tee); err == nil && hex.EncodeToString(hash.Sum(nil)) != want {
+				err = fmt.Errorf("the cached layer does not match its digest: pull it again (keel image prune removes it)")
+			}
+		}
+	}()
 	// By its first bytes rather than its media type, which tools get
 	// wrong: the digest has pinned the bytes, whatever their label.
-	br := bufio.NewReader(f)
+	br := bufio.NewReader(tee)
 	magic, _ := br.Peek(4)
 	var r io.Reader = br
 	switch {
@@ -116,12 +155,23 @@ func (u *unpacker) layer(l Layer) error {
 		if err != nil {
 			return fmt.Errorf("reading the tar: %w", err)
 		}
+		u.seq++
 		if u.entries--; u.entries < 0 {
 			return fmt.Errorf("more than %d entries", maxEntries)
 		}
 		if u.names -= len(h.Name) + len(h.Linkname); u.names < 0 {
 			return fmt.Errorf("paths of more than %d bytes together", maxNameBytes)
 		}
+		pax := 0
+		for k, v := range h.PAXRecords {
+			if k != "path" && k != "linkpath" {
+				pax += len(k) + len(v)
+			}
+		}
+		if pax > maxPAX {
+			return fmt.Errorf("%q: PAX records of %d bytes, more than the %d allowed", h.Name, pax, maxPAX)
+		}
+		h.PAXRecords = nil // not kept
 		if err := u.entry(h, tr); err != nil {
 			return fmt.Errorf("%q: %w", h.Name, err)
 		}
@@ -136,6 +186,9 @@ func cleanName(p string) (string, error) {
 	}
 	if strings.HasPrefix(p, "/") {
 		return "", errors.New("an absolute path: refused")
+	}
+	if len(p) > maxPath || strings.Count(p, "/") > maxDepth {
+		return "", fmt.Errorf("a path longer than %d bytes or deeper than %d: refused", maxPath, maxDepth)
 	}
 	for seg := range strings.SplitSeq(p, "/") {
 		if seg == ".." {
@@ -155,12 +208,18 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
 	}
 	dir, base := path.Split(name)
 	dir = path.Clean(dir)
+	if strings.HasPrefix(base, whiteoutPrefix) && (h.Size != 0 || (h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeRegA)) {
+		return errors.New("a whiteout that is not an empty file: refused")
+	}
 	if base == opaqueMarker {
 		return u.opaque(dir)
 	}
 	if target, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
 		if target == "" || target == "." || target == ".." {
 			return errors.New("a whiteout of nothing: refused")
+		}
+		if u.layerPaths[path.Join(dir, target)] {
+			return nil // a whiteout hides the layers below only
 		}
 		return u.removeAll(path.Join(dir, target))
 	}
@@ -198,7 +257,7 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
 		if err != nil {
 			return err
 		}
-		n, err := io.Copy(f, io.LimitReader(r, h.Size))
+		n, err := io.Copy(f, io.LimitReader(ctxReader{u.ctx, r}, h.Size))
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -209,7 +268,7 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
 			return err
 		}
 		u.left -= n
-		return u.meta(name, h)
+		return u.meta(name, headerMeta(h))
 	case tar.TypeSymlink:
 		if err := u.replace(name); err != nil {
 			return err
@@ -261,6 +320,10 @@ func (u *unpacker) parents(name string) error {
 	case err == nil:
 		return fmt.Errorf("%s is not a directory", dir)
 	}
+	// Each directory made counts as an entry.
+	if u.entries -= strings.Count(dir, "/") + 1; u.entries < 0 {
+		return fmt.Errorf("more than %d entries", maxEntries)
+	}
 	return u.root.MkdirAll(dir, 0o755)
 }
 
@@ -277,11 +340,10 @@ func (u *unpacker) removeAll(name string) error {
 	if err := u.root.RemoveAll(name); err != nil {
 		return err
 	}
-	for d := range u.dirs {
-		if d == name || strings.HasPrefix(d, name+"/") {
-			delete(u.dirs, d)
-		}
+	if u.removed == nil {
+		u.removed = map[string]int{}
 	}
+	u.removed[name] = u.seq
 	return nil
 }
 
@@ -320,27 +382,44 @@ func (u *unpacker) mark(name string) {
 
 func (u *unpacker) saveDir(name string, h *tar.Header) {
 	if u.dirs == nil {
-		u.dirs = map[string]*tar.Header{}
+		u.dirs = map[string]dirMeta{}
 	}
-	u.dirs[name] = h
+	u.dirs[name] = dirMeta{mode: h.FileInfo().Mode(), uid: h.Uid, gid: h.Gid, mtime: h.ModTime, seq: u.seq}
+}
+
+// stale reports whether a whiteout removed the directory d (or one above
+// it) after its metadata was saved.
+func (u *unpacker) stale(d string, m dirMeta) bool {
+	for p := d; ; p = path.Dir(p) {
+		if at, ok := u.removed[p]; ok && at > m.seq {
+			return true
+		}
+		if p == "." || p == "/" {
+			return false
+		}
+	}
 }
 
 // meta sets a file's (or directory's) owner, mode (with setuid, setgid
 // and sticky) and modification time.
-func (u *unpacker) meta(name string, h *tar.Header) error {
+func (u *unpacker) meta(name string, m dirMeta) error {
 	if u.chown {
-		if err := u.root.Lchown(name, h.Uid, h.Gid); err != nil {
+		if err := u.root.Lchown(name, m.uid, m.gid); err != nil {
 			return err
 		}
 	}
 	// After chown, which clears setuid and setgid.
-	if err := u.root.Chmod(name, h.FileInfo().Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+	if err := u.root.Chmod(name, m.mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
 		return err
 	}
-	if !h.ModTime.IsZero() {
-		return u.root.Chtimes(name, time.Time{}, h.ModTime)
+	if !m.mtime.IsZero() {
+		return u.root.Chtimes(name, time.Time{}, m.mtime)
 	}
 	return nil
+}
+
+func headerMeta(h *tar.Header) dirMeta {
+	return dirMeta{mode: h.FileInfo().Mode(), uid: h.Uid, gid: h.Gid, mtime: h.ModTime}
 }
 
 // finish applies the directories' metadata, deepest first.
@@ -348,8 +427,8 @@ func (u *unpacker) finish() error {
 	names := slices.Collect(maps.Keys(u.dirs))
 	slices.SortFunc(names, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	for _, n := range names {
-		if fi, err := u.root.Lstat(n); err != nil || !fi.IsDir() {
-			continue // replaced by a later layer's file
+		if fi, err := u.root.Lstat(n); err != nil || !fi.IsDir() || u.stale(n, u.dirs[n]) {
+			continue // replaced by a later layer's file, or removed since
 		}
 		if err := u.meta(n, u.dirs[n]); err != nil {
 			return fmt.Errorf("%q: %w", n, err)
