@@ -277,6 +277,9 @@ func New(opts Options) (*Agent, error) {
 		Dir: filepath.Join(opts.StateDir, "oci"), Log: opts.Logger.With("node", opts.Node),
 		MaxCompressed: opts.ImageMaxCompressed, MaxUnpacked: opts.ImageMaxUnpacked,
 	}
+	if err := puller.Sweep(); err != nil {
+		return nil, fmt.Errorf("image cache: %w", err)
+	}
 	if opts.RegistryConfig != nil {
 		var err error
 		if puller.Keychain, err = oci.KeychainFromConfig(opts.RegistryConfig); err != nil {

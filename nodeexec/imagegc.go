@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/keel-dev/keel/nodeexec/oci"
 )
 
 // Image garbage collection: the OCI images (and their cached layers)
@@ -211,7 +213,9 @@ func (r *Reconciler) prune(ctx context.Context, store ImageStore, inUse map[stri
 		if keep[d] {
 			continue
 		}
-		if err := r.cfg.Puller.RemoveBlob(d); err != nil {
+		if err := r.cfg.Puller.RemoveBlob(d); errors.Is(err, oci.ErrLayerInUse) {
+			continue // a pull under way needs it
+		} else if err != nil {
 			return res, err
 		}
 		res.Layers++

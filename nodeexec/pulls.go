@@ -33,6 +33,9 @@ type pull struct {
 	ended bool
 	err   error
 
+	// cancel ends the pull when no pass wants it any more.
+	cancel context.CancelFunc
+
 	// The owner's.
 	running  bool
 	failures int
@@ -84,8 +87,11 @@ func (r *Reconciler) wantPull(ref render.ImageRef, now time.Time) {
 	p.ended, p.err = false, nil
 	r.mu.Unlock()
 	r.log.Info("pulling image", "image", ref.Name(), "attempt", p.failures+1)
+	ctx, cancel := context.WithCancel(r.ctx)
+	p.cancel = cancel
 	r.wg.Go(func() {
-		err := r.runPull(r.ctx, p)
+		defer cancel()
+		err := r.runPull(ctx, p)
 		r.mu.Lock()
 		p.ended, p.err = true, err
 		r.mu.Unlock()
@@ -134,6 +140,7 @@ func (r *Reconciler) runPull(ctx context.Context, p *pull) error {
 	if err != nil {
 		return err
 	}
+	defer r.cfg.Puller.Unpin(img)
 	fetched := time.Since(start)
 	if err := store.AddImage(ctx, img, r.cfg.Puller.MaxUnpacked); err != nil {
 		return fmt.Errorf("unpacking %s: %w", p.ref.Name(), err)
@@ -174,6 +181,11 @@ func (r *Reconciler) collectPulls(now time.Time) {
 func (r *Reconciler) prunePulls() {
 	maps.DeleteFunc(r.pulls, func(_ string, p *pull) bool { return !p.wanted && !p.running })
 	for _, p := range r.pulls {
+		if !p.wanted && p.running {
+			// No instance wants it any more (a new commit): its slot
+			// goes to the pulls that are wanted.
+			p.cancel()
+		}
 		p.wanted = false
 	}
 }

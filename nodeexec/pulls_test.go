@@ -257,3 +257,30 @@ func TestPruneImages(t *testing.T) {
 		t.Fatalf("after the collection: %+v, want v2 only (in use)", imgs)
 	}
 }
+
+func TestUnwantedPullGivesUpItsSlot(t *testing.T) {
+	reg := ocitest.NewRegistry(t)
+	x := reg.Push(t, "x", ocitest.Image(t, ocitest.Layer(t, compression.GZip, ocitest.File("bin/app", "x", 0o755))))
+	y := reg.Push(t, "y", ocitest.Image(t, ocitest.Layer(t, compression.GZip, ocitest.File("bin/app", "y", 0o755))))
+	// The registry stalls x's requests until the client gives up.
+	reg.Serve(func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.Contains(r.URL.Path, "/x/") {
+			return false
+		}
+		<-r.Context().Done()
+		return true
+	})
+	w := newWorld(t, map[string]string{"a.yaml": withImage("app", ocitest.Spec(x))})
+	w.puller = &oci.Puller{Dir: t.TempDir()}
+	w.newReconcilerWith(func(c *nodeexec.Config) { c.MaxPulls = 1 })
+	w.passOnce() // x's pull starts, and stalls
+	w.set("a.yaml", withImage("app", ocitest.Spec(y)))
+	w.passOnce() // x is wanted no more: cancelled
+	w.waitWake()
+	w.passOnce() // y's pull starts in the slot
+	w.waitWake()
+	w.pass()
+	if _, ok := w.running()["app"]; !ok {
+		t.Fatalf("app does not run from y: %+v", statusOf(t, w, "app"))
+	}
+}

@@ -18,11 +18,13 @@
 package oci
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -77,6 +79,7 @@ type Puller struct {
 
 	mu       gosync.Mutex
 	fetching map[string]*blobFetch // layer downloads in flight, by digest
+	pinned   map[string]int        // layers an image being pulled needs, by digest
 }
 
 // blobFetch is one layer's download, shared by the pulls that need it.
@@ -172,9 +175,7 @@ func (p *Puller) Fetch(ctx context.Context, ref render.ImageRef, progress func(P
 		remote.WithUserAgent("keel"),
 		remote.WithAuthFromKeychain(cmpKeychain(p.Keychain)),
 	}
-	if p.Transport != nil {
-		opts = append(opts, remote.WithTransport(p.Transport))
-	}
+	opts = append(opts, remote.WithTransport(loopbackHTTPOnly{cmp.Or[http.RoundTripper](p.Transport, http.DefaultTransport)}))
 	img, err := remote.Image(dref, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref.Name(), err)
@@ -195,6 +196,9 @@ func (p *Puller) Fetch(ctx context.Context, ref render.ImageRef, progress func(P
 	}
 	out := &Image{Digest: ref.Digest, Manifest: mdigest.String()}
 	for _, l := range manifest.Layers {
+		if len(l.URLs) > 0 {
+			return nil, fmt.Errorf("%s: layer %s is to be fetched from elsewhere than the registry (%s): refused", ref.Name(), l.Digest, l.URLs[0])
+		}
 		if !layerMediaType(l.MediaType) {
 			return nil, fmt.Errorf("%s: layer %s has media type %q, which Keel cannot unpack (want an OCI or Docker tar layer, uncompressed, gzip or zstd)", ref.Name(), l.Digest, l.MediaType)
 		}
@@ -213,6 +217,15 @@ func (p *Puller) Fetch(ctx context.Context, ref render.ImageRef, progress func(P
 	}
 	out.Config = cf.Config
 
+	// The layers stay in the cache until the caller has unpacked them
+	// (Unpin): a collection leaves them alone.
+	p.pin(out.LayerDigests(), 1)
+	pinned := true
+	defer func() {
+		if pinned {
+			p.pin(out.LayerDigests(), -1)
+		}
+	}()
 	var mu gosync.Mutex
 	var done int64
 	report := func(n int64) {
@@ -238,7 +251,63 @@ func (p *Puller) Fetch(ctx context.Context, ref render.ImageRef, progress func(P
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	pinned = false
 	return out, nil
+}
+
+// pin counts the images being pulled that need each layer.
+func (p *Puller) pin(layers []string, by int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pinned == nil {
+		p.pinned = map[string]int{}
+	}
+	for _, d := range layers {
+		if p.pinned[d] += by; p.pinned[d] <= 0 {
+			delete(p.pinned, d)
+		}
+	}
+}
+
+// Unpin tells that img, returned by Fetch, is unpacked (or given up):
+// its layers may be collected again. Every image Fetch returns must be
+// unpinned once.
+func (p *Puller) Unpin(img *Image) { p.pin(img.LayerDigests(), -1) }
+
+// Sweep removes what a pull cut short by a crash left in the cache
+// (partial downloads). Call it before any pull starts.
+func (p *Puller) Sweep() error {
+	partial, err := filepath.Glob(filepath.Join(p.Dir, "blobs", "sha256", ".*.partial-*"))
+	if err != nil {
+		return err
+	}
+	for _, f := range partial {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// loopbackHTTPOnly refuses plain HTTP to anything but a loopback
+// registry: go-containerregistry would speak HTTP to private addresses
+// too, and fall back to it when HTTPS fails, sending the registry's
+// credentials in the clear.
+type loopbackHTTPOnly struct{ next http.RoundTripper }
+
+func (t loopbackHTTPOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "https" && !loopbackHost(req.URL.Hostname()) {
+		return nil, fmt.Errorf("refusing plain HTTP to registry %s: only a registry on 127.0.0.1, ::1 or localhost is spoken to without TLS", req.URL.Host)
+	}
+	return t.next.RoundTrip(req)
+}
+
+func loopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // fetchBlob makes sure the layer l of img is in the cache at path,
@@ -373,6 +442,9 @@ type anonymous struct{}
 
 func (anonymous) Resolve(authn.Resource) (authn.Authenticator, error) { return authn.Anonymous, nil }
 
+// ErrLayerInUse is returned by RemoveBlob for a layer a pull needs.
+var ErrLayerInUse = errors.New("in use by a pull under way")
+
 // Blobs lists the layers in the cache, by digest, with their sizes.
 func (p *Puller) Blobs() (map[string]int64, error) {
 	dir := filepath.Join(p.Dir, "blobs", "sha256")
@@ -404,9 +476,10 @@ func (p *Puller) RemoveBlob(digest string) error {
 	}
 	p.mu.Lock()
 	_, busy := p.fetching[digest]
+	pinned := p.pinned[digest] > 0
 	p.mu.Unlock()
-	if busy {
-		return fmt.Errorf("layer %s is being downloaded", digest)
+	if busy || pinned {
+		return fmt.Errorf("layer %s: %w", digest, ErrLayerInUse)
 	}
 	err = os.Remove(filepath.Join(p.Dir, "blobs", "sha256", hex))
 	if errors.Is(err, os.ErrNotExist) {

@@ -143,6 +143,9 @@ func New(opts Options) (*Driver, error) {
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
+	if err := d.sweepImages(); err != nil {
+		return nil, fmt.Errorf("process driver: %w", err)
+	}
 	if d.logMax <= 0 {
 		d.logMax = DefaultLogMax
 	}

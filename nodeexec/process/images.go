@@ -73,7 +73,11 @@ func (d *Driver) AddImage(ctx context.Context, img *oci.Image, maxUnpacked int64
 	if err != nil {
 		return err
 	}
-	defer removeTree(tmp)
+	defer func() {
+		if err := removeTree(tmp); err != nil {
+			d.log.Warn("could not remove an unpacking's temporary directory", "dir", tmp, "err", err)
+		}
+	}()
 	root := filepath.Join(tmp, "root")
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return err
@@ -94,6 +98,30 @@ func (d *Driver) AddImage(ctx context.Context, img *oci.Image, maxUnpacked int64
 		return err
 	}
 	d.log.Info("image unpacked", "digest", img.Digest, "bytes", n)
+	return nil
+}
+
+// sweepImages removes what an unpacking or a removal cut short by a
+// crash left: temporary directories, and images without their
+// image.json. It runs when the driver is made, before any AddImage.
+func (d *Driver) sweepImages() error {
+	entries, err := os.ReadDir(d.ociDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		dir := filepath.Join(d.ociDir(), e.Name())
+		if _, err := readImageInfo(dir); err == nil {
+			continue
+		}
+		d.log.Info("removing an image unpacked or removed only in part", "dir", dir)
+		if err := removeTree(dir); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

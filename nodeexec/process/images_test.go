@@ -182,3 +182,19 @@ func BenchmarkStartFromImage(b *testing.B) {
 		b.ReportMetric(float64(kb)/1024, "disk-MB")
 	})
 }
+
+func TestLeftoversOfACrashAreSwept(t *testing.T) {
+	state := t.TempDir()
+	oci := filepath.Join(state, "images", "oci")
+	half := filepath.Join(oci, strings.Repeat("ab", 32), "root", "usr")
+	tmp := filepath.Join(oci, ".unpack-123", "root", "usr")
+	for _, d := range []string{half, tmp} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newDriver(t, Options{StateDir: state})
+	if entries, _ := os.ReadDir(oci); len(entries) != 0 {
+		t.Errorf("left after the driver started: %v", entries)
+	}
+}
