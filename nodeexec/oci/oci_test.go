@@ -422,3 +422,36 @@ func TestTamperedCacheIsRefused(t *testing.T) {
 		t.Errorf("Unpack of a tampered cache = %v", err)
 	}
 }
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestNoPlainHTTPToARemoteRegistry(t *testing.T) {
+	var seen []string
+	next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		seen = append(seen, r.URL.Scheme+"://"+r.URL.Host)
+		return nil, errors.New("TLS handshake failed")
+	})
+	kc, err := oci.KeychainFromConfig([]byte(`{"auths": {"10.11.12.13:5000": {"auth": "Y2k6czNjcmV0"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := render.ParseImage("oci://10.11.12.13:5000/team/web@sha256:" + strings.Repeat("ab", 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = (&oci.Puller{Dir: t.TempDir(), Keychain: kc, Transport: next}).Fetch(t.Context(), ref, nil)
+	if err == nil {
+		t.Fatal("Fetch through a failing TLS succeeded")
+	}
+	for _, s := range seen {
+		if strings.HasPrefix(s, "http://") {
+			t.Errorf("a request went over plain HTTP to %s", s)
+		}
+	}
+	if len(seen) == 0 {
+		t.Error("no request was made over HTTPS either")
+	}
+}
