@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/compression"
@@ -18,7 +19,9 @@ import (
 	"github.com/keel-dev/keel/nodeexec/freebsd/fbsdsim"
 	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/nodeexec/oci/ocitest"
+	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/render"
+	"github.com/keel-dev/keel/report"
 )
 
 // imageAdded is the clock of the drivers that add images in these tests.
@@ -321,4 +324,121 @@ func TestAddImageCutShort(t *testing.T) {
 		t.Error("the half-unpacked dataset's file survived AddImage")
 	}
 	h.leaks(t, fbsdsim.Expect{})
+}
+
+// The reconciler with the freebsd driver and a puller: a Jail of an OCI
+// image is pulled, unpacked and started from a clone of its snapshot; a
+// new digest replaces it; the collection then removes the old image,
+// which no root is a clone of any more.
+func TestReconcilerRunsOCIImages(t *testing.T) {
+	ctx := t.Context()
+	reg := ocitest.NewRegistry(t)
+	push := func(motd string) render.ImageRef {
+		return reg.Push(t, "team/web", ocitest.Image(t, ocitest.Layer(t, compression.GZip,
+			ocitest.File("usr/bin/env", "#!/bin/sh\n", 0o755), ocitest.File("bin/sleep", "#!/bin/sh\n", 0o755),
+			ocitest.File("etc/motd", motd, 0o644))))
+	}
+	v1, v2 := push("v1\n"), push("v2\n")
+	h := newHost(t, fbsdsim.Options{})
+	now := time.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)
+	// The driver dates the images it adds by the start: the reconciler's
+	// clock only moves forward from there.
+	start := now
+	d := h.driver(t, "", freebsd.Options{Now: func() time.Time { return start }})
+	rec, err := nodeexec.NewReconciler(nodeexec.Config{Node: "n1", Driver: d, StateDir: t.TempDir(),
+		Now: func() time.Time { return now }, StopGrace: time.Second, Puller: &oci.Puller{Dir: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rec.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	model := func(ref render.ImageRef) *render.Model {
+		m, err := render.Render(fstest.MapFS{
+			"cluster.yaml":  {Data: []byte("apiVersion: keel/v1\nkind: Cluster\nmetadata: {name: t}\n")},
+			"nodes/n1.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Node\nmetadata: {name: n1}\nspec: {address: 192.0.2.1, capacity: {cpu: \"8\", memory: 8G}}\n")},
+			"apps/web.yaml": {Data: []byte("apiVersion: keel/v1\nkind: Jail\nmetadata: {name: web}\nspec: {image: \"" + ocitest.Spec(ref) + "\", command: [/bin/sleep, \"300\"], node: n1}\n")},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	// converge passes, as the agent's loop does, until web runs from ref.
+	converge := func(ref render.ImageRef) {
+		t.Helper()
+		m := model(ref)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			insts, vols, err := rec.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			own := report.Report{Node: "n1", Time: now, Instances: insts, Volumes: vols}
+			plan := planner.Compute(planner.Input{Model: m, Reports: []report.Report{own}, Now: now})
+			res, err := rec.Pass(ctx, nodeexec.Desired{Model: m, Plan: plan, Reports: []report.Report{own}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := h.sim.State(); res.InFlight == 0 && st.Jail("keel-web") != nil &&
+				st.Datasets["zroot/keel/jails/web"].Origin == "zroot/keel/images/"+ref.Hex()+"@keel" {
+				if r, err := d.Running(ctx); err == nil && len(r) == 1 {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("web does not run from %s: %+v", ref.Digest, res)
+			}
+			select {
+			case <-rec.Wake():
+			case <-time.After(time.Second):
+			}
+			now = now.Add(2 * time.Second)
+		}
+	}
+	converge(v1)
+	if got := rootFile(t, h, "web", "etc/motd"); got != "v1\n" {
+		t.Errorf("etc/motd = %q", got)
+	}
+	converge(v2)
+	if got := rootFile(t, h, "web", "etc/motd"); got != "v2\n" {
+		t.Errorf("etc/motd after the replace = %q", got)
+	}
+	if list, err := d.Images(ctx); err != nil || len(list) != 2 {
+		t.Fatalf("Images = %+v, %v; want both", list, err)
+	}
+	prune := func() nodeexec.PruneResult {
+		t.Helper()
+		type out struct {
+			res nodeexec.PruneResult
+			err error
+		}
+		done := make(chan out, 1)
+		if err := rec.PruneImages(0, func(res nodeexec.PruneResult, err error) { done <- out{res, err} }); err != nil {
+			t.Fatal(err)
+		}
+		o := <-done
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		converge(v2) // folds the collection
+		return o.res
+	}
+	// A root made by hand from v1's snapshot: ZFS keeps v1, and so does
+	// the collection, without failing.
+	old := "zroot/keel/images/" + v1.Hex() + "@keel"
+	run(t, h, "zfs", "clone", old, "zroot/keel/jails/stray")
+	if res := prune(); len(res.Removed) != 0 || len(res.Kept) != 2 {
+		t.Fatalf("the collection with v1 cloned by hand: removed %+v, kept %+v; want both kept", res.Removed, res.Kept)
+	}
+	run(t, h, "zfs", "destroy", "zroot/keel/jails/stray")
+	if res := prune(); len(res.Removed) != 1 || res.Removed[0].Digest != v1.Digest {
+		t.Fatalf("the collection: removed %+v, kept %+v; want v1 removed", res.Removed, res.Kept)
+	}
+	if list, err := d.Images(ctx); err != nil || len(list) != 1 || list[0].Digest != v2.Digest {
+		t.Fatalf("Images after the prune = %+v, %v; want v2", list, err)
+	}
+	h.leaks(t, fbsdsim.Expect{Jails: []string{"keel-web"}})
 }
