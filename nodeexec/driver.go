@@ -189,7 +189,9 @@ type ImageStore interface {
 	// Images lists the images unpacked.
 	Images(ctx context.Context) ([]ImageInfo, error)
 	// RemoveImage removes an unpacked image. Roots made from it before
-	// are not changed.
+	// are not changed: a driver whose roots depend on the image (ZFS
+	// clones of its snapshot on FreeBSD) refuses while one exists, with
+	// an error wrapping ErrBusy. An image not there is no error.
 	RemoveImage(ctx context.Context, digest string) error
 }
 

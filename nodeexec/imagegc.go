@@ -195,7 +195,17 @@ func (r *Reconciler) prune(ctx context.Context, store ImageStore, inUse map[stri
 			}
 			continue
 		}
-		if err := store.RemoveImage(ctx, img.Digest); err != nil {
+		if err := store.RemoveImage(ctx, img.Digest); errors.Is(err, ErrBusy) {
+			// Something the node's instances do not account for still
+			// depends on it (on FreeBSD a clone of its snapshot): it is
+			// kept, with its layers, and the others still go.
+			r.log.Warn("image kept: still in use", "digest", img.Digest, "err", err)
+			res.Kept = append(res.Kept, img)
+			for _, l := range img.Layers {
+				keep[l] = true
+			}
+			continue
+		} else if err != nil {
 			return res, fmt.Errorf("remove image %s: %w", img.Digest, err)
 		}
 		r.log.Info("image removed", "digest", img.Digest, "bytes", img.Unpacked, "added", img.Added)

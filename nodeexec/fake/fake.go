@@ -56,6 +56,8 @@ type Driver struct {
 	lastExec  map[string][]string
 	images    map[string]nodeexec.ImageInfo // OCI images added, by digest
 	imageAdds int
+	// busyImages are the images RemoveImage refuses (SetImageBusy).
+	busyImages map[string]bool
 
 	hook     Hook
 	busy     int            // operations inside the driver now

@@ -2,6 +2,7 @@ package fake
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -47,12 +48,27 @@ func (d *Driver) Images(context.Context) ([]nodeexec.ImageInfo, error) {
 	return out, nil
 }
 
-// RemoveImage implements nodeexec.ImageStore.
+// RemoveImage implements nodeexec.ImageStore. An image SetImageBusy
+// marked is refused with ErrBusy, as the freebsd driver refuses one whose
+// snapshot has clones.
 func (d *Driver) RemoveImage(_ context.Context, digest string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.busyImages[digest] {
+		return fmt.Errorf("image %s: %w", digest, nodeexec.ErrBusy)
+	}
 	delete(d.images, digest)
 	return nil
+}
+
+// SetImageBusy makes RemoveImage of the image refuse (busy) or not.
+func (d *Driver) SetImageBusy(digest string, busy bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.busyImages == nil {
+		d.busyImages = map[string]bool{}
+	}
+	d.busyImages[digest] = busy
 }
 
 // ImageAdds is how many times AddImage added an image.

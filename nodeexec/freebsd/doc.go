@@ -12,13 +12,16 @@
 // Instance web-0 is the jail keel-web-0, whose root is the dataset
 // <pool>/keel/jails/web-0 mounted at /<pool>/keel/jails/web-0 (the default
 // mountpoint: Check reports a pool mounted elsewhere). Image base/x is the
-// dataset <pool>/keel/base/x. Volume v is <pool>/keel/volumes/v, created
-// with its quota. The operator creates <pool>/keel/jails,
-// <pool>/keel/volumes and the images; the driver never creates a parent.
-// Every name is checked with render's rules before it reaches a path, a
-// dataset or an argv, and only jails named keel-<instance>, datasets under
-// <pool>/keel/jails and the aliases and routes the driver recorded are ever
-// changed.
+// dataset <pool>/keel/base/x; the OCI image of digest sha256:<hex> is
+// <pool>/keel/images/<hex> (see OCI images). Volume v is
+// <pool>/keel/volumes/v, created with its quota. The operator creates
+// <pool>/keel/jails, <pool>/keel/volumes and the base images; the only
+// parent the driver creates is <pool>/keel/images, when it adds its first
+// OCI image, without -p (a mistyped pool still fails). Every name and
+// digest is checked (render's rules, oci.CheckDigest) before it reaches a
+// path, a dataset or an argv, and only jails named keel-<instance>,
+// datasets under <pool>/keel/jails and <pool>/keel/images and the aliases
+// and routes the driver recorded are ever changed.
 //
 // # Snapshots and refreshed bases
 //
@@ -30,6 +33,28 @@
 // it, existing ones keep theirs, and an old snapshot can be destroyed once
 // no root is cloned from it. Snapshots with other names (backups, automatic
 // snapshots) are never used.
+//
+// # OCI images
+//
+// The driver is a nodeexec.ImageStore. AddImage creates
+// <pool>/keel/images/<hex>, unpacks the image's layers (oci.Unpack) into
+// its mountpoint, as zfs get mounted,mountpoint reports it, sets it
+// readonly=on, and takes its snapshot @keel last, with the metadata as
+// user properties of the snapshot (keel:manifest, keel:size,
+// keel:unpacked, keel:added, keel:layers and keel:layers.<n>, 14 digests
+// each, every value under 1024 bytes): zfs snapshot -o creates the
+// snapshot and its properties at once. The snapshot is the mark of a whole
+// image: HasImage, Images and Start take nothing else, a failed AddImage
+// destroys the dataset, and a dataset left without its snapshot (an agent
+// killed while unpacking) is destroyed and unpacked again by the next
+// AddImage. An instance of an OCI image starts on a clone of
+// <pool>/keel/images/<hex>@keel, its own and writable (a clone inherits
+// from <pool>/keel/jails, not from the read-only image), so ten instances
+// share the image's blocks. While a root is such a clone, ZFS refuses to
+// destroy the image (zfs destroy -r, never -R), and RemoveImage returns
+// an error wrapping nodeexec.ErrBusy that names the instances: the image
+// goes once they are destroyed. An image must hold what a base does
+// (/usr/bin/env, /sbin/ifconfig and /sbin/route for a vnet jail).
 //
 // # Instances
 //

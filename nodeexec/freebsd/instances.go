@@ -488,9 +488,12 @@ func jexecArgv(name string, env, command []string) ([]string, error) {
 // checkSpec validates what Start turns into datasets, paths and argv.
 func (d *Driver) checkSpec(spec nodeexec.InstanceSpec) error {
 	if strings.HasPrefix(spec.Spec.Image, render.OCIPrefix) {
-		return fmt.Errorf("image %s: the freebsd driver does not pull OCI images yet", spec.Spec.Image)
-	}
-	if err := render.CheckImage(spec.Spec.Image); err != nil {
+		// Its digest names the image's dataset (ociDataset checks it
+		// again).
+		if _, err := render.ParseImage(spec.Spec.Image); err != nil {
+			return fmt.Errorf("image: %w", err)
+		}
+	} else if err := render.CheckImage(spec.Spec.Image); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
 	for _, v := range spec.Spec.Volumes {

@@ -218,3 +218,44 @@ func parseRctlRule(s string) (rctlRule, error) {
 	}
 	return rctlRule{Subject: parts[0], ID: parts[1], Resource: parts[2], Action: action, Amount: n, Per: per}, nil
 }
+
+// parseZFSGet reads `zfs get -H -o name,property,value ...`: one property
+// a line, the columns separated by tabs, the value last and printed as it
+// is (lib/libzfs/libzfs_util.c zprop_print_one_property with -H). It
+// returns the values by object, then by property; a line without three
+// columns is skipped.
+func parseZFSGet(out []byte) map[string]map[string]string {
+	objs := map[string]map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		f := strings.SplitN(strings.TrimSuffix(line, "\n"), "\t", 3)
+		if len(f) != 3 || f[0] == "" || f[1] == "" {
+			continue
+		}
+		if objs[f[0]] == nil {
+			objs[f[0]] = map[string]string{}
+		}
+		objs[f[0]][f[1]] = f[2]
+	}
+	return objs
+}
+
+// parseDependents reads the datasets zfs destroy lists after "use '-R' to
+// destroy the following datasets:" (or "use '-r' ..."), one a line, when it
+// refuses (sys/contrib/openzfs/cmd/zfs/zfs_main.c
+// destroy_check_dependent).
+func parseDependents(stderr string) []string {
+	var out []string
+	listing := false
+	for line := range strings.Lines(stderr) {
+		s := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(s, "use '-"):
+			listing = strings.HasSuffix(s, "the following datasets:")
+		case strings.HasPrefix(s, "cannot "):
+			listing = false
+		case listing && s != "" && !strings.ContainsAny(s, " \t"):
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,6 +1,8 @@
 package freebsd
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -8,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/render"
 )
 
@@ -275,4 +278,109 @@ func FuzzParseRctl(f *testing.F) {
 
 func resources(cpuMillis, mem int64) render.Resources {
 	return render.Resources{CPU: render.CPU(cpuMillis), Memory: render.Bytes(mem)}
+}
+
+func TestParseZFSGet(t *testing.T) {
+	got := parseZFSGet(captured(t, "zfs-get-images.out"))
+	a := "zroot/keel/images/" + strings.Repeat("1", 64) + "@keel"
+	if len(got) != 3 || len(got[a]) != 6 || got[a]["keel:unpacked"] != "65568" {
+		t.Fatalf("parseZFSGet = %v", got)
+	}
+	if v := got["zroot/keel/images/"+strings.Repeat("2", 64)+"@backup"]["com.example:note"]; v != "taken by hand" {
+		t.Errorf("a value with spaces = %q", v)
+	}
+	if got := parseZFSGet([]byte("a\tb\tc\td\nshort\tline\n\n")); len(got) != 1 || got["a"]["b"] != "c\td" {
+		t.Errorf("parseZFSGet keeps the value whole and skips short lines: %v", got)
+	}
+}
+
+func TestParseDependents(t *testing.T) {
+	got := parseDependents(string(captured(t, "zfs-destroy-clones.err")))
+	if want := []string{"zroot/keel/jails/web-0", "zroot/keel/jails/web-1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("parseDependents = %q, want %q", got, want)
+	}
+	if got := parseDependents("cannot open 'x': dataset does not exist\n"); len(got) != 0 {
+		t.Errorf("parseDependents of another error = %q", got)
+	}
+}
+
+// The metadata of an image survives its round trip through the user
+// properties of its snapshot, 40 layers too, every value short enough for
+// any libzfs; a snapshot with it incomplete is no image.
+func TestImageProps(t *testing.T) {
+	digest := func(c string) string { return "sha256:" + strings.Repeat(c, 64) }
+	info := nodeexec.ImageInfo{Digest: digest("1"), Manifest: digest("2"), Size: 461, Unpacked: 65568,
+		Added: time.Date(2026, 5, 2, 10, 30, 0, 0, time.UTC)}
+	for i := range 40 {
+		info.Layers = append(info.Layers, fmt.Sprintf("sha256:%064x", i))
+	}
+	props := map[string]string{}
+	for _, kv := range imageProps(info) {
+		k, v, _ := strings.Cut(kv, "=")
+		if len(v) >= 1024 || !strings.HasPrefix(k, "keel:") {
+			t.Errorf("%s: %d bytes", k, len(v))
+		}
+		props[k] = v
+	}
+	if len(props) != 5+3 {
+		t.Errorf("%d properties, want 5 and 3 of layers: %v", len(props), props)
+	}
+	got, err := imageFromProps(info.Digest, props)
+	if err != nil || !reflect.DeepEqual(got, info) {
+		t.Fatalf("imageFromProps = %+v, %v\nwant %+v", got, err, info)
+	}
+	for _, drop := range []string{"keel:manifest", "keel:size", "keel:unpacked", "keel:added", "keel:layers", "keel:layers.1"} {
+		p := maps.Clone(props)
+		delete(p, drop)
+		if _, err := imageFromProps(info.Digest, p); err == nil {
+			t.Errorf("imageFromProps without %s took it", drop)
+		}
+	}
+	p := maps.Clone(props)
+	p["keel:layers"] = "41"
+	if _, err := imageFromProps(info.Digest, p); err == nil {
+		t.Error("imageFromProps took 41 layers with 40 listed")
+	}
+	p["keel:layers"], p["keel:layers.0"] = "40", "sha256:x,"+p["keel:layers.0"]
+	if _, err := imageFromProps(info.Digest, p); err == nil {
+		t.Error("imageFromProps took a layer that is no digest")
+	}
+	empty := nodeexec.ImageInfo{Digest: info.Digest, Manifest: info.Manifest, Added: info.Added}
+	if got, err := imageFromProps(empty.Digest, parseProps(imageProps(empty))); err != nil || !reflect.DeepEqual(got, empty) {
+		t.Errorf("an image without layers: %+v, %v", got, err)
+	}
+}
+
+func parseProps(kvs []string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		out[k] = v
+	}
+	return out
+}
+
+func FuzzParseZFSGet(f *testing.F) {
+	f.Add(captured(f, "zfs-get-images.out"))
+	d := "sha256:" + strings.Repeat("1", 64)
+	f.Add([]byte("s\tkeel:manifest\t" + d + "\ns\tkeel:size\t1\ns\tkeel:unpacked\t2\ns\tkeel:added\t2026-05-02T12:30:00.5+02:00\n" +
+		"s\tkeel:layers\t2\ns\tkeel:layers.0\t" + d + "\ns\tkeel:layers.1\t" + d + "\n"))
+	f.Fuzz(func(t *testing.T, out []byte) {
+		for name, props := range parseZFSGet(out) {
+			for k := range props {
+				if name == "" || k == "" || strings.Contains(name+k, "\t") {
+					t.Errorf("parseZFSGet gave %q %q", name, k)
+				}
+			}
+			// What is taken for an image writes back as the same.
+			info, err := imageFromProps("sha256:"+strings.Repeat("1", 64), props)
+			if err != nil {
+				continue
+			}
+			if again, err := imageFromProps(info.Digest, parseProps(imageProps(info))); err != nil || !reflect.DeepEqual(again, info) {
+				t.Errorf("imageFromProps = %+v, which writes back as %+v, %v", info, again, err)
+			}
+		}
+		_ = parseDependents(string(out))
+	})
 }

@@ -3,6 +3,7 @@ package freebsd_test
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -369,4 +370,66 @@ func TestTranscriptPF(t *testing.T) {
 	}
 	h.leaks(t, fbsdsim.Expect{})
 	tr.check("pf")
+}
+
+// replace rewrites what the transcript holds so far (digests, which a new
+// version of the image-building library could change).
+func (tr *transcript) replace(old, new string) {
+	s := strings.ReplaceAll(tr.b.String(), old, new)
+	tr.b.Reset()
+	tr.b.WriteString(s)
+}
+
+func TestTranscriptOCIImage(t *testing.T) {
+	h := newHost(t, fbsdsim.Options{})
+	d := h.driver(t, "", freebsd.Options{Now: func() time.Time { return imageAdded }})
+	ctx := t.Context()
+	ref, img := pullImage(t)
+	tr := newTranscript(t, h)
+	tr.step("add an image: its dataset (and the parent, once), unpacked, read-only, then @keel with the metadata", func() {
+		if err := d.AddImage(ctx, img, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	tr.step("add it again: it is whole", func() {
+		if err := d.AddImage(ctx, img, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	tr.step("list the images", func() {
+		if list, err := d.Images(ctx); err != nil || len(list) != 1 {
+			t.Fatalf("Images = %v, %v", list, err)
+		}
+	})
+	spec := ociSpec("web-0", ref)
+	tr.step("start an instance: its root is a clone of the image's @keel", func() {
+		if _, err := d.Start(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+	})
+	tr.step("remove the image while the root is its clone: refused, nothing destroyed", func() {
+		if err := d.RemoveImage(ctx, ref.Digest); !errors.Is(err, nodeexec.ErrBusy) {
+			t.Fatalf("RemoveImage = %v, want ErrBusy", err)
+		}
+	})
+	tr.step("stop and delete the instance", func() {
+		if err := d.Stop(ctx, spec.Name, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Destroy(ctx, spec.Name); err != nil {
+			t.Fatal(err)
+		}
+	})
+	tr.step("remove the image", func() {
+		if err := d.RemoveImage(ctx, ref.Digest); err != nil {
+			t.Fatal(err)
+		}
+	})
+	h.leaks(t, fbsdsim.Expect{})
+	for i, l := range img.LayerDigests() {
+		tr.replace(l, fmt.Sprintf("sha256:<layer%d>", i))
+	}
+	tr.replace(img.Manifest, "sha256:<manifest>")
+	tr.replace(ref.Hex(), "<image>")
+	tr.check("oci-image")
 }

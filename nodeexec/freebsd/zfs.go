@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/render"
 )
 
 // datasetExists runs `zfs list -H -o name <ds>`: exit 0 means it exists, 1
@@ -88,15 +89,23 @@ func (d *Driver) baseSnapshot(ctx context.Context, image string) (string, error)
 
 // cloneRoot makes the instance's root a clone of its image, unless the
 // dataset exists already (a jail stopped, or the host rebooted): then it
-// is kept as it is. created reports whether this call made it.
+// is kept as it is. The image is a base's newest keel snapshot
+// (baseSnapshot) or an OCI image's <pool>/keel/images/<hex>@keel, which
+// AddImage made. created reports whether this call made it.
 func (d *Driver) cloneRoot(ctx context.Context, instance, image string) (created bool, err error) {
 	ds := d.jailDataset(instance)
 	ok, err := d.datasetExists(ctx, ds)
 	if err != nil || ok {
 		return false, err
 	}
-	snap, err := d.baseSnapshot(ctx, image)
-	if err != nil {
+	var snap string
+	if strings.HasPrefix(image, render.OCIPrefix) {
+		var unlock func()
+		if snap, unlock, err = d.imageSnapshot(ctx, image); err != nil {
+			return false, err
+		}
+		defer unlock()
+	} else if snap, err = d.baseSnapshot(ctx, image); err != nil {
 		return false, err
 	}
 	// No -p: the parent <pool>/keel/jails is the operator's (§2.2).

@@ -20,11 +20,15 @@
 // Not modelled (a command outside the model fails with an "fbsdsim: ...
 // is not modelled" message rather than pretending):
 //   - ZFS space accounting: used/referenced are a fixed 96K, available is
-//     the quota or 10G; quotas are recorded, never enforced; no volumes
-//     (-V), no send/receive, no zfs mount/unmount/rename/promote/inherit,
-//     no -j JSON output or other long options, no user properties; of
-//     zfs_open's name checks only invalid characters; zfs list/get of a
-//     path instead of a dataset name.
+//     the quota or 10G; quotas and readonly=on are recorded, never
+//     enforced; no volumes (-V), no send/receive, no zfs
+//     mount/unmount/rename/promote/inherit, no -j JSON output or other
+//     long options; user properties are kept and inherited, but the
+//     length of their values is not checked; zfs get all lists only the
+//     modelled properties (and the object's user properties, sorted),
+//     zfs get -d and zfs snapshot -r are not modelled; of zfs_open's name
+//     checks only invalid characters; zfs list/get of a path instead of a
+//     dataset name.
 //   - zfs usage texts list only the modelled subcommands and properties.
 //   - jail.conf and the config-file forms of jail(8), the old command
 //     line (path hostname ip command), -e, -R and wildcards; jail -m; command=,

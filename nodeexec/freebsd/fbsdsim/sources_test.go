@@ -2,6 +2,8 @@ package fbsdsim
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,5 +219,105 @@ func TestSourceProcesses(t *testing.T) {
 	res = run(t, s, "jail", "-r", "keel-a")
 	if res.Code != 1 || string(res.Stderr) != "jail: \"keel-a\" not found\n" {
 		t.Errorf("jail -r of a removed jail: exit %d %q", res.Code, res.Stderr)
+	}
+}
+
+// TestSourceProperties checks user properties (module/zcommon/zfs_prop.c
+// zfs_prop_user; lib/libzfs/libzfs_dataset.c zfs_valid_proplist,
+// zfs_snapshot_nvl), readonly (zprop_parse_value of an index property),
+// zfs get -s/-t/all (cmd/zfs/zfs_main.c zfs_do_get, get_callback) and the
+// destroy of a dataset whose snapshot has clones (destroy_check_dependent),
+// as the freebsd driver's OCI images use them.
+func TestSourceProperties(t *testing.T) {
+	s, root := host(t)
+	const img = "zroot/keel/images/ab"
+	must(t, s, "zfs", "create", "zroot/keel/images")
+	must(t, s, "zfs", "create", img)
+	if err := writeFile(root, "/"+img+"/etc/motd", "hi\n"); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s, "zfs", "set", "readonly=on", img)
+	must(t, s, "zfs", "set", "keel:note=parent", "zroot/keel/images")
+	must(t, s, "zfs", "snapshot", "-o", "keel:manifest=sha256:00", "-o", "keel:layers.0=a,b", img+"@keel")
+	must(t, s, "zfs", "clone", img+"@keel", "zroot/keel/jails/web")
+
+	cases := []struct {
+		name   string
+		argv   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"readonly is set", []string{"zfs", "get", "-H", "-o", "value,source", "readonly", img}, 0, "on\tlocal\n", ""},
+		// A clone inherits from its parent, never from its origin.
+		{"a clone is not readonly", []string{"zfs", "get", "-H", "-o", "value,source", "readonly", "zroot/keel/jails/web"}, 0, "off\tdefault\n", ""},
+		{"readonly of a snapshot", []string{"zfs", "get", "-H", "-o", "value,source", "readonly", img + "@keel"}, 0, "-\t-\n", ""},
+		{"readonly takes on or off", []string{"zfs", "set", "readonly=yes", img}, 1, "",
+			"cannot set property for 'zroot/keel/images/ab': 'readonly' must be one of 'on | off'\n"},
+		{"a user property on the snapshot", []string{"zfs", "get", "-H", "keel:manifest", img + "@keel"}, 0,
+			img + "@keel\tkeel:manifest\tsha256:00\tlocal\n", ""},
+		{"a user property inherited", []string{"zfs", "get", "-H", "-o", "value,source", "keel:note", img + "@keel"}, 0,
+			"parent\tinherited from zroot/keel/images\n", ""},
+		{"a user property not set", []string{"zfs", "get", "-H", "-o", "value,source", "keel:manifest", img}, 0, "-\t-\n", ""},
+		{"user properties in zfs list", []string{"zfs", "list", "-H", "-t", "snapshot", "-o", "name,keel:manifest,keel:size", "-r", "zroot/keel/images"}, 0,
+			img + "@keel\tsha256:00\t-\n", ""},
+		{"the local properties of the snapshots below", []string{"zfs", "get", "-H", "-r", "-t", "snapshot", "-s", "local", "-o", "name,property,value", "all", "zroot/keel/images"}, 0,
+			img + "@keel\tkeel:layers.0\ta,b\n" + img + "@keel\tkeel:manifest\tsha256:00\n", ""},
+		{"zfs get all of a missing snapshot", []string{"zfs", "get", "-H", "-s", "local", "all", "zroot/keel/images/cd@keel"}, 1, "",
+			"cannot open 'zroot/keel/images/cd@keel': dataset does not exist\n"},
+		{"zfs get of another type", []string{"zfs", "get", "-H", "-t", "filesystem", "-o", "value", "readonly", img + "@keel", img}, 1, "on\n",
+			"cannot open 'zroot/keel/images/ab@keel': operation not applicable to datasets of this type\n"},
+		// zfs_do_get: -t snapshot with a dataset is an implied -d 1; one
+		// sorted tree without duplicates.
+		{"zfs get -t snapshot of a dataset", []string{"zfs", "get", "-H", "-t", "snapshot", "-o", "name", "keel:manifest", img, img + "@keel"}, 0, img + "@keel\n", ""},
+		{"zfs get -s of an unknown source", []string{"zfs", "get", "-s", "bogus", "all", img}, 2, "", "invalid source 'bogus'\nusage:\n\tget..."},
+		{"a native property on a snapshot", []string{"zfs", "snapshot", "-o", "readonly=on", img + "@other"}, 1, "",
+			"cannot create snapshots : this property can not be modified for snapshots\n"},
+		{"zfs set of a native property on a snapshot", []string{"zfs", "set", "quota=1G", img + "@keel"}, 1, "",
+			"cannot set property for 'zroot/keel/images/ab@keel': this property can not be modified for snapshots\n"},
+		{"a user property name with a capital", []string{"zfs", "set", "Keel:x=1", img}, 1, "",
+			"cannot set property for 'zroot/keel/images/ab': invalid property 'Keel:x'\n"},
+		{"snapshot -o without =", []string{"zfs", "snapshot", "-o", "keel:x", img + "@other"}, 1, "", "missing '=' for property=value argument\n"},
+		// destroy_check_dependent: -r takes the snapshot along, but not a
+		// clone of it elsewhere; nothing is destroyed.
+		{"destroy -r of an image with a clone", []string{"zfs", "destroy", "-r", img}, 1, "",
+			"cannot destroy 'zroot/keel/images/ab': filesystem has dependent clones\nuse '-R' to destroy the following datasets:\nzroot/keel/jails/web\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := run(t, s, tc.argv...)
+			if res.Code != tc.code {
+				t.Errorf("exit %d, want %d (stderr %q)", res.Code, tc.code, res.Stderr)
+			}
+			if string(res.Stdout) != tc.stdout {
+				t.Errorf("stdout %q, want %q", res.Stdout, tc.stdout)
+			}
+			if p, ok := strings.CutSuffix(tc.stderr, "..."); ok {
+				if !strings.HasPrefix(string(res.Stderr), p) {
+					t.Errorf("stderr %q, want prefix %q", res.Stderr, p)
+				}
+			} else if string(res.Stderr) != tc.stderr {
+				t.Errorf("stderr %q, want %q", res.Stderr, tc.stderr)
+			}
+		})
+	}
+	if st := s.State(); st.Snapshots[img+"@keel"] == nil || st.Datasets[img] == nil {
+		t.Fatal("the refused destroy destroyed something")
+	}
+	if got, err := os.ReadFile(filepath.Join(root, "zroot/keel/jails/web/etc/motd")); err != nil || string(got) != "hi\n" {
+		t.Errorf("the clone's etc/motd = %q, %v", got, err)
+	}
+	if l := s.State().Leaks(); len(l) != 1 || !strings.Contains(l[0], "zroot/keel/jails/web") {
+		t.Errorf("leaks = %q, want the clone only", l)
+	}
+	must(t, s, "zfs", "destroy", "zroot/keel/jails/web")
+	must(t, s, "zfs", "destroy", "-r", img)
+	if st := s.State(); st.Snapshots[img+"@keel"] != nil || st.Datasets[img] != nil {
+		t.Error("destroy -r left the image")
+	}
+	// A dataset under keel/images without its @keel is an image cut short.
+	must(t, s, "zfs", "create", "zroot/keel/images/cd")
+	if l := s.State().Leaks(); len(l) != 1 || !strings.Contains(l[0], "without its @keel snapshot") {
+		t.Errorf("leaks = %q, want the image cut short", l)
 	}
 }

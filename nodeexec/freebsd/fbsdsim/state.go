@@ -54,6 +54,9 @@ type Snapshot struct {
 	Name string `json:"name"`
 	TXG  int    `json:"txg"`
 	Dir  string `json:"dir"`
+	// Props holds the user properties set on the snapshot itself (zfs
+	// snapshot -o, zfs set): the only ones a snapshot can have.
+	Props map[string]string `json:"props,omitempty"`
 }
 
 // Mount is one mounted file system as statfs(2) reports it.
@@ -226,9 +229,10 @@ func (s *State) Leaks(jails ...string) []string {
 // epair not attached to an expected jail, a cloned dataset (jail root)
 // that is no expected jail's root, a nullfs or devfs mount outside the
 // expected jails' roots, a /32 alias not in VIPs, a host static route not
-// in Routes, a static route or rctl rule of a jail not expected. Volume
-// datasets and the bridge with its /24 gateway aliases are never leaks:
-// Keel keeps them by design.
+// in Routes, a static route or rctl rule of a jail not expected, an image
+// dataset (<pool>/keel/images/<hex>) without its @keel snapshot. Volume
+// datasets, whole images and the bridge with its /24 gateway aliases are
+// never leaks: Keel keeps them by design.
 func (s *State) LeaksExpect(e Expect) []string {
 	var out []string
 	want := map[string]bool{}
@@ -274,6 +278,11 @@ func (s *State) LeaksExpect(e Expect) []string {
 		}
 		if mp := s.mountpoint(n); !roots[mp] {
 			out = append(out, fmt.Sprintf("dataset %s: clone at %s is no expected jail's root", n, mp))
+		}
+	}
+	for _, n := range sortedKeys(s.Datasets) {
+		if pool, rest, ok := strings.Cut(n, "/keel/images/"); ok && !strings.Contains(pool, "/") && !strings.Contains(rest, "/") && s.Snapshots[n+"@keel"] == nil {
+			out = append(out, fmt.Sprintf("dataset %s: an image without its @keel snapshot (an unpacking cut short)", n))
 		}
 	}
 	for _, m := range s.Mounts {

@@ -2,9 +2,11 @@ package fbsdsim
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +39,7 @@ var zfsProps = []struct{ name, edit, inherit, values string }{
 	{"used", " NO    ", "   NO   ", "<size>"},
 	{"mountpoint", "YES    ", "  YES   ", "<path> | legacy | none"},
 	{"quota", "YES    ", "   NO   ", "<size> | none"},
+	{"readonly", "YES    ", "  YES   ", "on | off"},
 }
 
 func zfsUsageExit(c *call, sub string) int {
@@ -48,6 +51,7 @@ func zfsUsageExit(c *call, sub string) int {
 			fmt.Fprintf(c.errb, "\t%-22s %s%s%s\n", p.name, p.edit, p.inherit, p.values)
 		}
 		fmt.Fprintf(c.errb, "\nSizes are specified in bytes with standard units such as K, M, G, etc.\n")
+		fmt.Fprintf(c.errb, "\nUser-defined properties can be specified by using a name containing a colon (:).\n")
 	default:
 		fmt.Fprintf(c.errb, "\nFor the property list, run: %s\n", "zfs set|get")
 		fmt.Fprintf(c.errb, "\nFor the delegated permission list, run: %s\n", "zfs allow|unallow")
@@ -211,6 +215,10 @@ func (c *call) propValue(name, prop string, literal bool) (string, string, bool)
 	if !snap {
 		d = c.st.Datasets[name]
 	}
+	if userProp(prop) {
+		v, src := c.userPropValue(name, prop)
+		return v, src, true
+	}
 	switch prop {
 	case "name":
 		return name, "-", true
@@ -270,6 +278,24 @@ func (c *call) propValue(name, prop string, literal bool) (string, string, bool)
 			return strconv.FormatUint(q, 10), src, true
 		}
 		return nicenum(q), src, true
+	case "readonly":
+		// Valid for filesystems and volumes only (zfs_prop.c
+		// zfs_prop_init: ZFS_TYPE_FILESYSTEM | ZFS_TYPE_VOLUME), so a
+		// snapshot shows "-"; inherited, "off" by default.
+		if snap {
+			return "-", "-", true
+		}
+		if v, ok := d.Props["readonly"]; ok {
+			return v, "local", true
+		}
+		for p := parentName(name); p != ""; p = parentName(p) {
+			if pd := c.st.Datasets[p]; pd != nil {
+				if v, ok := pd.Props["readonly"]; ok {
+					return v, "inherited from " + p, true
+				}
+			}
+		}
+		return "off", "default", true
 	case "mountpoint":
 		if snap {
 			return "-", "-", true
@@ -289,6 +315,78 @@ func (c *call) propValue(name, prop string, literal bool) (string, string, bool)
 	return "", "", false
 }
 
+// userProp is zfs_prop_user (module/zcommon/zfs_prop.c): a user
+// property's name holds only lowercase letters, digits, '-', '_', '.' and
+// ':', and at least one ':'.
+func userProp(name string) bool {
+	sep := false
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		case r == ':':
+			sep = true
+		default:
+			return false
+		}
+	}
+	return sep
+}
+
+// userPropValue is a user property as zfs get shows it (zfs_main.c
+// get_callback): set on the object itself, "local"; else inherited, for
+// a snapshot from its dataset and that dataset's ancestors, for a
+// dataset from its ancestors (user properties "are always inherited":
+// zfsprops(7)), "inherited from <name>"; else "-" with source "-".
+func (c *call) userPropValue(name, prop string) (string, string) {
+	if ds, _, ok := strings.Cut(name, "@"); ok {
+		if sn := c.st.Snapshots[name]; sn != nil {
+			if v, ok := sn.Props[prop]; ok {
+				return v, "local"
+			}
+		}
+		name = ds
+		if d := c.st.Datasets[ds]; d != nil {
+			if v, ok := d.Props[prop]; ok {
+				return v, "inherited from " + ds
+			}
+		}
+	} else if d := c.st.Datasets[name]; d != nil {
+		if v, ok := d.Props[prop]; ok {
+			return v, "local"
+		}
+	}
+	for p := parentName(name); p != ""; p = parentName(p) {
+		if pd := c.st.Datasets[p]; pd != nil {
+			if v, ok := pd.Props[prop]; ok {
+				return v, "inherited from " + p
+			}
+		}
+	}
+	return "-", "-"
+}
+
+// userProps lists the user properties an object has, its own and
+// inherited, sorted by name.
+func (c *call) userProps(name string) []string {
+	seen := map[string]bool{}
+	add := func(props map[string]string) {
+		for k := range props {
+			if userProp(k) {
+				seen[k] = true
+			}
+		}
+	}
+	if sn := c.st.Snapshots[name]; sn != nil {
+		add(sn.Props)
+	}
+	for p, _, _ := strings.Cut(name, "@"); p != ""; p = parentName(p) {
+		if d := c.st.Datasets[p]; d != nil {
+			add(d.Props)
+		}
+	}
+	return sortedKeys(seen)
+}
+
 func quotaOf(d *Dataset) uint64 {
 	if d == nil {
 		return 0
@@ -305,7 +403,7 @@ func parentName(n string) string {
 }
 
 func validProp(p string) bool {
-	if p == "name" || p == "refer" || p == "avail" {
+	if p == "name" || p == "refer" || p == "avail" || userProp(p) {
 		return true
 	}
 	for _, z := range zfsProps {
@@ -515,14 +613,17 @@ func printTable(c *call, fields []string, rows [][]string, scripted bool) {
 	}
 }
 
-// zfsGet is `zfs get` (zfs_do_get: getopt_long ":d:o:s:jrt:Hp").
+// zfsGet is `zfs get` (zfs_do_get: getopt_long ":d:o:s:jrt:Hp";
+// get_callback prints the rows, zprop_collect_property drops those whose
+// source -s leaves out).
 func zfsGet(c *call, args []string) int {
 	r, code, ok := zfsGetopt(c, "get", args[1:], ":d:o:s:jrt:Hp")
 	if !ok {
 		return code
 	}
 	cols := []string{"name", "property", "value", "source"}
-	scripted, literal, recurse := false, false, false
+	scripted, literal, recurse, depth := false, false, false, -1
+	var sources, types map[string]bool // nil: all
 	for _, o := range r.opts {
 		switch o.c {
 		case 'H':
@@ -546,6 +647,34 @@ func zfsGet(c *call, args []string) int {
 					return zfsUsageExit(c, "get")
 				}
 			}
+		case 's':
+			sources = map[string]bool{}
+			for _, t := range strings.Split(o.arg, ",") {
+				switch t {
+				case "local", "default", "inherited", "received", "temporary", "none":
+					sources[t] = true
+				default:
+					fmt.Fprintf(c.errb, "invalid source '%s'\n", t)
+					return zfsUsageExit(c, "get")
+				}
+			}
+		case 't':
+			types = map[string]bool{}
+			for _, t := range strings.Split(o.arg, ",") {
+				switch t {
+				case "filesystem", "fs":
+					types["filesystem"] = true
+				case "snapshot", "snap":
+					types["snapshot"] = true
+				case "volume", "vol", "bookmark":
+					types[t] = true
+				case "all":
+					types["filesystem"], types["snapshot"] = true, true
+				default:
+					fmt.Fprintf(c.errb, "invalid type '%s'\n", t)
+					return zfsUsageExit(c, "get")
+				}
+			}
 		default:
 			fmt.Fprintf(c.errb, "fbsdsim: zfs get -%c is not modelled\n", o.c)
 			return 2
@@ -555,18 +684,52 @@ func zfsGet(c *call, args []string) int {
 		fmt.Fprintf(c.errb, "missing property argument\n")
 		return zfsUsageExit(c, "get")
 	}
-	props := strings.Split(r.rest[0], ",")
-	for _, p := range props {
-		if !validProp(p) {
-			fmt.Fprintf(c.errb, "bad property list: invalid property '%s'\n", p)
-			return zfsUsageExit(c, "get")
+	// zprop_get_list: "all" alone is every property of each object.
+	all := r.rest[0] == "all"
+	var props []string
+	if !all {
+		props = strings.Split(r.rest[0], ",")
+		for _, p := range props {
+			if !validProp(p) {
+				fmt.Fprintf(c.errb, "bad property list: invalid property '%s'\n", p)
+				return zfsUsageExit(c, "get")
+			}
 		}
 	}
+	// zfs_do_get: "zfs get -t snapshot <prop> <dataset>" gets the
+	// dataset's snapshots (an implied -d 1).
+	if len(types) == 1 && types["snapshot"] && len(r.rest) > 1 && !recurse {
+		recurse, depth = true, 1
+	}
+	typeOK := func(n string) bool { return types == nil || types[typeOf(n)] }
 	status := 0
 	var rows [][]string
 	emit := func(n string) {
-		for _, p := range props {
+		list := props
+		if all {
+			// Every modelled property that applies to the object
+			// (get_callback skips, with pl_all, those zfs_prop_get
+			// fails for), then its user properties.
+			list = nil
+			for _, z := range zfsProps {
+				if v, _, _ := c.propValue(n, z.name, literal); v != "-" {
+					list = append(list, z.name)
+				}
+			}
+			list = append(list, c.userProps(n)...)
+		}
+		for _, p := range list {
 			v, src, _ := c.propValue(n, p, literal)
+			kind := src
+			switch {
+			case src == "-":
+				kind = "none"
+			case strings.HasPrefix(src, "inherited from "):
+				kind = "inherited"
+			}
+			if sources != nil && !sources[kind] {
+				continue
+			}
 			var row []string
 			for _, col := range cols {
 				switch col {
@@ -585,18 +748,40 @@ func zfsGet(c *call, args []string) int {
 			rows = append(rows, row)
 		}
 	}
+	// zfs_for_each (cmd/zfs/zfs_iter.c) gathers every argument's objects
+	// into one tree sorted by zfs_compare, without duplicates.
+	picked := map[string]bool{}
 	for _, a := range r.rest[1:] {
 		if !c.exists(a) {
 			status = openErr(c, a)
 			continue
 		}
-		emit(a)
+		// zfs_for_each: with -r a filesystem is always accepted as an
+		// argument (and printed only when -t asks for its type);
+		// without, zfs_open of another type fails with EZFS_BADTYPE.
+		if !typeOK(a) && (!recurse || typeOf(a) != "filesystem") {
+			fmt.Fprintf(c.errb, "cannot open '%s': operation not applicable to datasets of this type\n", a)
+			status = 1
+			continue
+		}
+		if typeOK(a) {
+			picked[a] = true
+		}
 		if recurse {
 			for _, n := range c.allNames() {
-				if strings.HasPrefix(n, a+"/") || strings.HasPrefix(n, a+"@") {
-					emit(n)
+				if !strings.HasPrefix(n, a+"/") && !strings.HasPrefix(n, a+"@") || !typeOK(n) {
+					continue
 				}
+				if depth >= 0 && strings.Count(strings.TrimPrefix(n, a), "/")+strings.Count(n, "@") > depth {
+					continue
+				}
+				picked[n] = true
 			}
+		}
+	}
+	for _, n := range c.allNames() {
+		if picked[n] {
+			emit(n)
 		}
 	}
 	printTable(c, cols, rows, scripted)
@@ -618,11 +803,27 @@ func checkProp(k, v string) (string, string) {
 			return "", fmt.Sprintf("'%s' must be an absolute path, 'none', or 'legacy'", k)
 		}
 		return v, ""
+	case "readonly":
+		// zprop_parse_value (lib/libzfs/libzfs_util.c) of an index
+		// property: "'%s' must be one of '%s'" with zprop_values.
+		if v != "on" && v != "off" {
+			return "", fmt.Sprintf("'%s' must be one of '%s'", k, "on | off")
+		}
+		return v, ""
 	case "available", "avail", "mounted", "origin", "referenced", "refer", "type", "used", "name":
 		return "", fmt.Sprintf("'%s' is readonly", k)
 	}
+	// zfs_valid_proplist: a user property is any string, never validated.
+	if userProp(k) {
+		return v, ""
+	}
 	return "", fmt.Sprintf("invalid property '%s'", k)
 }
+
+// msgSnapshotProp is zfs_valid_proplist's refusal of anything but a user
+// property on a snapshot (lib/libzfs/libzfs_dataset.c: "Currently, only
+// user properties can be modified on snapshots").
+const msgSnapshotProp = "this property can not be modified for snapshots"
 
 // zfsSet is `zfs set` (zfs_do_set: getopt "u").
 func zfsSet(c *call, args []string) int {
@@ -666,6 +867,22 @@ func zfsSet(c *call, args []string) int {
 	}
 	status := 0
 	for _, ds := range r.rest[dsStart:] {
+		// zfs_for_each over ZFS_TYPE_DATASET: a snapshot too, which
+		// takes user properties only.
+		if sn := c.st.Snapshots[ds]; sn != nil {
+			if i := slices.IndexFunc(kvs, func(kv [2]string) bool { return !userProp(kv[0]) }); i >= 0 {
+				fmt.Fprintf(c.errb, "cannot set property for '%s': %s\n", ds, msgSnapshotProp)
+				status = 1
+				continue
+			}
+			if sn.Props == nil {
+				sn.Props = map[string]string{}
+			}
+			for _, kv := range kvs {
+				sn.Props[kv[0]] = kv[1]
+			}
+			continue
+		}
 		d := c.st.Datasets[ds]
 		if d == nil {
 			status = openErr(c, ds)
@@ -896,13 +1113,21 @@ func zfsSnapshot(c *call, args []string) int {
 	if !ok {
 		return code
 	}
+	for _, o := range r.opts {
+		if o.c != 'o' {
+			fmt.Fprintf(c.errb, "fbsdsim: zfs snapshot -%c is not modelled\n", o.c)
+			return 2
+		}
+	}
+	// parseprop runs as getopt meets each -o, before the arguments are
+	// counted.
+	props, ok := parseProps(c, r.opts)
+	if !ok {
+		return 1
+	}
 	if len(r.rest) == 0 {
 		fmt.Fprintf(c.errb, "missing snapshot argument\n")
 		return zfsUsageExit(c, "snapshot")
-	}
-	for _, o := range r.opts {
-		fmt.Fprintf(c.errb, "fbsdsim: zfs snapshot -%c is not modelled\n", o.c)
-		return 2
 	}
 	for _, a := range r.rest {
 		ds, sn, ok := strings.Cut(a, "@")
@@ -913,6 +1138,17 @@ func zfsSnapshot(c *call, args []string) int {
 			openErr(c, ds)
 			return zfsUsageExit(c, "snapshot")
 		}
+	}
+	// zfs_snapshot_nvl: the properties are checked (zfs_valid_proplist
+	// for ZFS_TYPE_SNAPSHOT, errbuf "cannot create snapshots ") before
+	// lzc_snapshot creates them all at once, properties included.
+	for k := range props {
+		if !userProp(k) {
+			fmt.Fprintf(c.errb, "cannot create snapshots : %s\n", msgSnapshotProp)
+			return 1
+		}
+	}
+	for _, a := range r.rest {
 		if c.st.Snapshots[a] != nil {
 			fmt.Fprintf(c.errb, "cannot create snapshot '%s': dataset already exists\n", a)
 			return 1
@@ -934,7 +1170,11 @@ func zfsSnapshot(c *call, args []string) int {
 		} else {
 			_ = os.MkdirAll(c.path(dir), 0o755)
 		}
-		c.st.Snapshots[a] = &Snapshot{Name: a, TXG: c.st.Seq, Dir: dir}
+		sp := &Snapshot{Name: a, TXG: c.st.Seq, Dir: dir}
+		if len(props) > 0 {
+			sp.Props = maps.Clone(props)
+		}
+		c.st.Snapshots[a] = sp
 	}
 	return 0
 }
