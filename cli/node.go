@@ -112,6 +112,13 @@ func (e *env) nodeCommand() *cobra.Command {
 		fmt.Fprintf(e.stdout, "\n%-24s %-10s %-16s %-8s %s\n", "INSTANCE", "STATE", "ADDRESS", "RESTARTS", "ERROR")
 		for _, in := range r.Instances {
 			fmt.Fprintf(e.stdout, "%-24s %-10s %-16s %-8d %s\n", in.Name, in.State, addrString(in.Address.String()), in.Restarts, in.Error)
+			if p := in.Pull; p != nil {
+				line := "pulling " + p.Image
+				if p.Error != "" {
+					line += fmt.Sprintf(": %s (%d failures)", p.Error, p.Failures)
+				}
+				fmt.Fprintf(e.stdout, "%-24s %s\n", "", line)
+			}
 		}
 		if len(r.Volumes) > 0 {
 			names := make([]string, len(r.Volumes))

@@ -263,6 +263,10 @@ func Pending(m *render.Model, plan *Plan, reports []report.Report) []Change {
 			reason := "released"
 			if !pl.Released {
 				action, reason = ActionWait, fmt.Sprintf("%s held back by the rollout", pl.Outdated)
+			} else if ri.Pull != nil && ri.Pull.Error != "" {
+				reason = fmt.Sprintf("released; pulling %s: %s (%d failures)", ri.Pull.Image, ri.Pull.Error, ri.Pull.Failures)
+			} else if ri.Pull != nil {
+				reason = "released; pulling " + ri.Pull.Image
 			}
 			out = append(out, Change{Instance: pl.Instance, Service: pl.Service, Action: action, Node: pl.Node, Reason: reason})
 		case ri.State == report.StatePulling && ri.Pull != nil && ri.Pull.Error != "":

@@ -276,6 +276,20 @@ func TestPullPastTheDeadline(t *testing.T) {
 			}
 		})
 	}
+	t.Run("keel plan shows the failing pull", func(t *testing.T) {
+		m, rs := rolloutWorld(t, 3, st, pulling(2*time.Minute))
+		rs[0].Instances[0].Pull.Error, rs[0].Instances[0].Pull.Failures = "MANIFEST_UNKNOWN", 7
+		p := plan(m, rs...)
+		var reason string
+		for _, c := range Pending(m, p, rs) {
+			if c.Instance == "web-0" {
+				reason = c.Reason
+			}
+		}
+		if !strings.Contains(reason, "pulling registry.example.org/web@sha256:") || !strings.Contains(reason, "MANIFEST_UNKNOWN (7 failures)") {
+			t.Fatalf("web-0's pending change says %q", reason)
+		}
+	})
 	t.Run("a pull for another spec is not this rollout's", func(t *testing.T) {
 		m, rs := rolloutWorld(t, 3, st, pulling(2*time.Minute))
 		rs[0].Instances[0].Pull.SpecHash = strings.Repeat("ab", 24)

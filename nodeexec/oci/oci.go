@@ -131,13 +131,6 @@ func (p *Puller) maxCompressed() int64 {
 	return DefaultMaxCompressed
 }
 
-func (p *Puller) maxUnpacked() int64 {
-	if p.MaxUnpacked > 0 {
-		return p.MaxUnpacked
-	}
-	return DefaultMaxUnpacked
-}
-
 func (p *Puller) log() *slog.Logger {
 	if p.Log != nil {
 		return p.Log

@@ -208,7 +208,7 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
 	}
 	dir, base := path.Split(name)
 	dir = path.Clean(dir)
-	if strings.HasPrefix(base, whiteoutPrefix) && (h.Size != 0 || (h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeRegA)) {
+	if strings.HasPrefix(base, whiteoutPrefix) && (h.Size != 0 || h.Typeflag != tar.TypeReg) {
 		return errors.New("a whiteout that is not an empty file: refused")
 	}
 	if base == opaqueMarker {
@@ -246,7 +246,7 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
 		}
 		u.saveDir(name, h)
 		return nil
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // archive/tar reads the old TypeRegA as TypeReg
 		if err := u.replace(name); err != nil {
 			return err
 		}
