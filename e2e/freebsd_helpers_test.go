@@ -163,6 +163,54 @@ func (c *fbsdCluster) jailPIDs(node string) map[string][]int {
 	return out
 }
 
+// workloadPIDs is jailPIDs without the exec checks in flight: the live
+// processes of each jail but those that run one of its instance's exec
+// checks (in m). The agent runs a check as a process of the jail (jexec:
+// freebsd.Driver.Exec), at any moment, and a check in flight when the
+// agent crashes runs on to its end, an orphan.
+func (c *fbsdCluster) workloadPIDs(node string, m *render.Model) map[string][]int {
+	c.t.Helper()
+	st, err := c.hostState(node)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[string][]int{}
+	for _, p := range st.Procs {
+		if p.Exited {
+			continue
+		}
+		if inst := m.Instance(strings.TrimPrefix(p.Jail, "keel-")); inst != nil && isExecCheck(inst.Spec.Checks, envCommand(p.Argv)) {
+			continue
+		}
+		out[p.Jail] = append(out[p.Jail], p.Pid)
+	}
+	return out
+}
+
+// isExecCheck reports whether cmd is the command of one of checks' exec
+// checks.
+func isExecCheck(checks render.Checks, cmd []string) bool {
+	for _, ch := range []*render.Check{checks.Startup, checks.Readiness, checks.Liveness} {
+		if ch != nil && ch.Exec != nil && slices.Equal(ch.Exec.Command, cmd) {
+			return true
+		}
+	}
+	return false
+}
+
+// envCommand is the command that argv, as the freebsd driver has jexec
+// run it (/usr/bin/env -i NAME=value... command...), runs.
+func envCommand(argv []string) []string {
+	if len(argv) < 2 || argv[0] != "/usr/bin/env" || argv[1] != "-i" {
+		return argv
+	}
+	cmd := argv[2:]
+	for len(cmd) > 0 && strings.Contains(cmd[0], "=") {
+		cmd = cmd[1:]
+	}
+	return cmd
+}
+
 // checkHosts waits until every node in alive (running agents) holds
 // exactly what the model places on it, and fails with every difference
 // found last: see hostProblems.
