@@ -1,7 +1,6 @@
 package process
 
 import (
-	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/compression"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/nodeexec/oci/ocitest"
@@ -104,20 +102,7 @@ func TestInstancesStartFromAnOCIImage(t *testing.T) {
 // instances of it take, reported as disk-MB (du of the image and the ten
 // roots, hard links counted once).
 func BenchmarkStartFromImage(b *testing.B) {
-	reg := ocitest.NewRegistry(b)
-	var layers []v1.Layer
-	for i := range 5 {
-		big := make([]byte, 20<<20)
-		if _, err := rand.Read(big); err != nil {
-			b.Fatal(err)
-		}
-		ents := []ocitest.Entry{ocitest.File(fmt.Sprintf("usr/lib/big%d", i), string(big), 0o644)}
-		for j := range 200 {
-			ents = append(ents, ocitest.File(fmt.Sprintf("usr/share/l%d/f%d", i, j), "x", 0o644))
-		}
-		layers = append(layers, ocitest.Layer(b, compression.GZip, ents...))
-	}
-	ref := reg.Push(b, "bench/app", ocitest.Image(b, layers...))
+	ref := ocitest.NewRegistry(b).Push(b, "bench/app", ocitest.BigImage(b, 5, 20<<20))
 	s := spec("web-0", "true")
 	s.Spec.Image = ocitest.Spec(ref)
 	root := func(d *Driver, name string) {

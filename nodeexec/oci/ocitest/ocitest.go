@@ -5,6 +5,8 @@ package ocitest
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/rand"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -165,3 +167,23 @@ func (reg *Registry) Push(t testing.TB, repo string, img v1.Image) render.ImageR
 
 // Spec is ref as a spec.image.
 func Spec(ref render.ImageRef) string { return render.OCIPrefix + ref.Name() }
+
+// BigImage is an image of layers layers of size random bytes each (gzip
+// cannot shrink them), each with one big file and 200 small ones, for
+// benchmarks.
+func BigImage(t testing.TB, layers, size int) v1.Image {
+	t.Helper()
+	var ls []v1.Layer
+	for i := range layers {
+		big := make([]byte, size)
+		if _, err := rand.Read(big); err != nil {
+			t.Fatal(err)
+		}
+		ents := []Entry{File(fmt.Sprintf("usr/lib/big%d", i), string(big), 0o644)}
+		for j := range 200 {
+			ents = append(ents, File(fmt.Sprintf("usr/share/l%d/f%d", i, j), fmt.Sprintf("file %d of layer %d\n", j, i), 0o644))
+		}
+		ls = append(ls, Layer(t, compression.GZip, ents...))
+	}
+	return Image(t, ls...)
+}
