@@ -56,8 +56,9 @@ type ImageInfo struct {
 // PruneResult is what keel image prune did.
 type PruneResult struct {
 	Removed []nodeexec.ImageInfo `json:"removed"`
-	Layers  int                  `json:"layers"`
-	Freed   int64                `json:"freed"`
+	// Layers counts the cached files removed: layers and artifacts.
+	Layers int   `json:"layers"`
+	Freed  int64 `json:"freed"`
 }
 
 // VolumeInfo is one volume of keel volume list.

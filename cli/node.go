@@ -216,17 +216,19 @@ func (e *env) imageCommand() *cobra.Command {
 	}
 	prune := &cobra.Command{
 		Use:   "prune",
-		Short: "Remove the OCI images no instance of this node uses or needs, and their cached layers",
+		Short: "Remove the OCI images and artifacts no instance of this node uses or needs, and their cached layers",
 		Long: `Prune removes, at once, the OCI images unpacked on this node that no
 instance runs from or needs (running, starting, pulling or held back by a
-rollout), added more than --grace ago, and the cached layers no image
-left uses. The agent also does this on its own when the images pass
+rollout), added more than --grace ago, then the cached files (layers and
+artifacts) downloaded more than --grace ago that no image left and no
+such instance uses. The agent also does this on its own when the images pass
 --image-cache-max or the disk has less than --image-min-free free
-(docs/images.md). An image pruned that is needed again is pulled again.`,
+(docs/images.md). An image or artifact pruned that is needed again is
+pulled again.`,
 		Args: cobra.NoArgs,
 	}
 	psocket, pstateDir := socketFlags(prune)
-	grace := prune.Flags().Duration("grace", 0, "keep the images added less than this long ago")
+	grace := prune.Flags().Duration("grace", 0, "keep the images added, and the files downloaded, less than this long ago")
 	pformat := formatFlag(prune, "text", "json")
 	prune.RunE = func(cmd *cobra.Command, _ []string) error {
 		if *grace < 0 {
@@ -242,7 +244,7 @@ left uses. The agent also does this on its own when the images pass
 		for _, img := range res.Removed {
 			fmt.Fprintf(e.stdout, "removed %s (%d bytes)\n", img.Digest, img.Unpacked)
 		}
-		fmt.Fprintf(e.stdout, "%d images and %d layers removed, %d bytes freed\n", len(res.Removed), res.Layers, res.Freed)
+		fmt.Fprintf(e.stdout, "%d images and %d cached layers or artifacts removed, %d bytes freed\n", len(res.Removed), res.Layers, res.Freed)
 		return nil
 	}
 	cmd.AddCommand(list, prune)

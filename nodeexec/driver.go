@@ -28,6 +28,12 @@ type InstanceSpec struct {
 	// Volumes maps each volume name of Spec.Volumes to its path on the
 	// host, as returned by EnsureVolume.
 	Volumes map[string]string
+	// Artifacts are Spec.Artifacts with their files in the cache: the
+	// driver places them in the root (oci.PlaceArtifacts) each time it
+	// starts the instance, before its command; MaxUnpacked bounds what
+	// an archive extracts to (0: the default).
+	Artifacts   []oci.CachedArtifact
+	MaxUnpacked int64
 }
 
 // Process identifies a running instance so that an agent restarted at any

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -130,10 +131,7 @@ func (r *Reconciler) startGC(run func(context.Context, ImageStore, map[string]bo
 	if r.gc.running {
 		return ErrPruning
 	}
-	inUse := map[string]bool{}
-	for _, d := range r.ImagesInUse() {
-		inUse[d] = true
-	}
+	inUse := r.inUse()
 	r.gc = imageGC{running: true, inUse: inUse, reply: reply}
 	r.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(r.ctx, pullTimeout)
@@ -168,8 +166,8 @@ func (r *Reconciler) imageUsage(ctx context.Context, store ImageStore) (int64, e
 		if err != nil {
 			return 0, err
 		}
-		for _, size := range blobs {
-			n += size
+		for _, b := range blobs {
+			n += b.Size
 		}
 	}
 	return n, nil
@@ -177,7 +175,8 @@ func (r *Reconciler) imageUsage(ctx context.Context, store ImageStore) (int64, e
 
 // prune removes the unused images added before grace ago, oldest first,
 // until want bytes are freed (all of them when want is 0), then the
-// layers no image left uses. It runs on the collection's goroutine.
+// cached blobs downloaded before grace ago that neither an image left
+// nor an artifact in use needs. It runs on the collection's goroutine.
 func (r *Reconciler) prune(ctx context.Context, store ImageStore, inUse map[string]bool, grace time.Duration, want int64) (PruneResult, error) {
 	var res PruneResult
 	images, err := store.Images(ctx)
@@ -186,7 +185,12 @@ func (r *Reconciler) prune(ctx context.Context, store ImageStore, inUse map[stri
 	}
 	slices.SortFunc(images, func(a, b ImageInfo) int { return a.Added.Compare(b.Added) })
 	now := r.cfg.Now()
-	keep := map[string]bool{} // layers of the images kept
+	keep := map[string]bool{} // layers of the images kept, artifacts in use
+	for k := range inUse {
+		if d, ok := strings.CutPrefix(k, artifactKeyPrefix); ok {
+			keep[d] = true
+		}
+	}
 	for _, img := range images {
 		if inUse[img.Digest] || now.Sub(img.Added) < grace || (want > 0 && res.Freed >= want) {
 			res.Kept = append(res.Kept, img)
@@ -220,7 +224,7 @@ func (r *Reconciler) prune(ctx context.Context, store ImageStore, inUse map[stri
 		return res, err
 	}
 	for _, d := range slices.Sorted(maps.Keys(blobs)) {
-		if keep[d] {
+		if keep[d] || (grace > 0 && now.Sub(blobs[d].Added) < grace) {
 			continue
 		}
 		if err := r.cfg.Puller.RemoveBlob(d); errors.Is(err, oci.ErrLayerInUse) {
@@ -229,7 +233,7 @@ func (r *Reconciler) prune(ctx context.Context, store ImageStore, inUse map[stri
 			return res, err
 		}
 		res.Layers++
-		res.Freed += blobs[d]
+		res.Freed += blobs[d].Size
 	}
 	return res, nil
 }
@@ -243,6 +247,11 @@ func (r *Reconciler) collectGC() {
 	for _, img := range r.gc.result.Removed {
 		delete(r.images, img.Digest)
 	}
+	// An artifact not in use may have been removed: the next start that
+	// needs it looks in the cache again.
+	maps.DeleteFunc(r.images, func(k string, _ bool) bool {
+		return strings.HasPrefix(k, artifactKeyPrefix) && !r.gc.inUse[k]
+	})
 	switch res, err := r.gc.result, r.gc.err; {
 	case err != nil:
 		r.log.Warn("image collection failed", "err", err)

@@ -21,13 +21,15 @@ const DefaultMaxPulls = 2
 // pullTimeout bounds one pull, download and unpacking together.
 const pullTimeout = 30 * time.Minute
 
-// pull is an OCI image a pass wants on the node: an instance placed here
-// is to start from it (or will, once the rollout releases it). One of the
-// Reconciler's goroutines fetches its layers (Config.Puller) and adds it
-// to the driver (ImageStore), never the owner's: until it is there, the
-// instance's start waits, and the instance it replaces keeps running.
+// pull is an OCI image or an artifact a pass wants on the node: an
+// instance placed here is to start from it (or will, once the rollout
+// releases it). One of the Reconciler's goroutines fetches it
+// (Config.Puller) and, for an image, adds it to the driver (ImageStore),
+// never the owner's: until it is there, the instance's start waits, and
+// the instance it replaces keeps running.
 type pull struct {
-	ref render.ImageRef
+	ref render.ImageRef  // an image's
+	art *render.Artifact // or, when not nil, an artifact's
 
 	// Written by the pull's goroutine under Reconciler.mu.
 	ended bool
@@ -44,6 +46,23 @@ type pull struct {
 	wanted   bool // by the current pass
 }
 
+// Pulls are keyed by what they fetch: an image by its digest, an
+// artifact by artifactKey.
+const artifactKeyPrefix = "artifact:"
+
+// artifactKey is the key of the pull of the artifact of sha256 hex h.
+func artifactKey(h string) string { return artifactKeyPrefix + "sha256:" + h }
+
+// what names the pull's object in logs and reports: the image, or the
+// artifact's digest and path (its URL, which may carry a pre-signed
+// query, goes to errors without it).
+func (p *pull) what() string {
+	if p.art != nil {
+		return "artifact sha256:" + p.art.SHA256 + " " + p.art.Path
+	}
+	return p.ref.Name()
+}
+
 // ociImage returns the OCI image an instance's spec names, ok false for
 // a node-local base.
 func ociImage(spec render.JailSpec) (render.ImageRef, bool) {
@@ -51,32 +70,66 @@ func ociImage(spec render.JailSpec) (render.ImageRef, bool) {
 	return ref, err == nil && ref.IsOCI()
 }
 
-// imageReady reports whether the instance's image is there to start it
-// from: always for a node-local base; for an OCI image once a pull has
-// found or added it. Otherwise it asks for the pull.
-func (r *Reconciler) imageReady(spec render.JailSpec, now time.Time) bool {
-	ref, ok := ociImage(spec)
-	if !ok {
-		return true
+// sourcesReady reports whether what the instance starts from is there:
+// its image (always, for a node-local base; for an OCI image once a pull
+// has found or added it) and its artifacts (once in the cache).
+// Otherwise it asks for the pulls.
+func (r *Reconciler) sourcesReady(spec render.JailSpec, now time.Time) bool {
+	ready := true
+	if ref, ok := ociImage(spec); ok {
+		ready = r.sourceReady(ref.Digest, func() *pull { return &pull{ref: ref} }, now)
 	}
-	r.wanted[ref.Digest] = true
-	if r.gc.running && !r.gc.inUse[ref.Digest] {
+	for i := range spec.Artifacts {
+		a := &spec.Artifacts[i]
+		if !r.sourceReady(artifactKey(a.SHA256), func() *pull { return &pull{art: a} }, now) {
+			ready = false
+		}
+	}
+	return ready
+}
+
+// waitsFor is the key of the first pull the instance's start waits for,
+// "" when none.
+func (r *Reconciler) waitsFor(spec render.JailSpec) string {
+	if ref, ok := ociImage(spec); ok && !r.images[ref.Digest] {
+		return ref.Digest
+	}
+	for _, a := range spec.Artifacts {
+		if k := artifactKey(a.SHA256); !r.images[k] {
+			return k
+		}
+	}
+	return ""
+}
+
+func (r *Reconciler) sourceReady(key string, mk func() *pull, now time.Time) bool {
+	r.wanted[key] = true
+	if r.gc.running && !r.gc.inUse[key] {
 		return false // it may be being removed: wait for the collection
 	}
-	if r.images[ref.Digest] {
+	if r.images[key] {
 		return true
 	}
-	r.wantPull(ref, now)
+	r.wantPull(key, mk, now)
 	return false
 }
 
-// wantPull starts the image's pull, unless it runs, waits for its retry,
+// wantPull starts the pull of key, unless it runs, waits for its retry,
 // or every pull slot is taken (a later pass starts it).
-func (r *Reconciler) wantPull(ref render.ImageRef, now time.Time) {
-	p := r.pulls[ref.Digest]
+func (r *Reconciler) wantPull(key string, mk func() *pull, now time.Time) {
+	p := r.pulls[key]
 	if p == nil {
-		p = &pull{ref: ref}
-		r.pulls[ref.Digest] = p
+		p = mk()
+		r.pulls[key] = p
+	} else if !p.running && !p.wanted {
+		// What the newest specs say (the first instance of the pass that
+		// wants it): an artifact's file moved to another URL, its
+		// checksum, the key, the same, is tried there at once.
+		fresh := mk()
+		if fresh.art != nil && p.art != nil && fresh.art.URL != p.art.URL {
+			p.retryAt = time.Time{}
+		}
+		p.ref, p.art = fresh.ref, fresh.art
 	}
 	p.wanted = true
 	if p.running || now.Before(p.retryAt) || r.pullsRunning() >= r.cfg.MaxPulls {
@@ -86,7 +139,7 @@ func (r *Reconciler) wantPull(ref render.ImageRef, now time.Time) {
 	r.mu.Lock()
 	p.ended, p.err = false, nil
 	r.mu.Unlock()
-	r.log.Info("pulling image", "image", ref.Name(), "attempt", p.failures+1)
+	r.log.Info("pulling", "what", p.what(), "attempt", p.failures+1)
 	ctx, cancel := context.WithCancel(r.ctx)
 	p.cancel = cancel
 	r.wg.Go(func() {
@@ -113,8 +166,24 @@ func (r *Reconciler) pullsRunning() int {
 }
 
 // runPull fetches the image's layers and adds it to the driver, when the
-// driver does not hold it already. It runs on a goroutine of its own.
+// driver does not hold it already, or fetches the artifact into the
+// cache. It runs on a goroutine of its own.
 func (r *Reconciler) runPull(ctx context.Context, p *pull) error {
+	if p.art != nil {
+		if r.cfg.Puller == nil {
+			return errors.New("this node fetches no artifacts (no cache configured)")
+		}
+		ctx, cancel := context.WithTimeout(ctx, pullTimeout)
+		defer cancel()
+		start := time.Now()
+		if _, err := r.cfg.Puller.FetchArtifact(ctx, *p.art, func(pr oci.Progress) {
+			r.log.Info("fetching artifact", "what", p.what(), "bytes", pr.Done, "of", pr.Total)
+		}); err != nil {
+			return err
+		}
+		r.log.Info("artifact ready", "what", p.what(), "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	}
 	store, ok := r.cfg.Driver.(ImageStore)
 	if !ok {
 		return fmt.Errorf("the %s driver cannot run OCI images", r.cfg.Driver.Name())
@@ -172,7 +241,7 @@ func (r *Reconciler) collectPulls(now time.Time) {
 		p.lastErr = p.err
 		delay := minBackoff << min(p.failures-1, 9)
 		p.retryAt = now.Add(min(delay, maxBackoff))
-		r.log.Warn("image pull failed", "image", p.ref.Name(), "err", p.err, "failures", p.failures, "retryIn", min(delay, maxBackoff))
+		r.log.Warn("pull failed", "what", p.what(), "err", p.err, "failures", p.failures, "retryIn", min(delay, maxBackoff))
 	}
 }
 
@@ -211,13 +280,17 @@ func (r *Reconciler) notePulling(now time.Time) {
 // pullStatus is what a report says of an instance's image pull (its
 // progress goes to the log only: a report changes when a pull starts,
 // fails or ends, not with each layer).
-func (r *Reconciler) pullStatus(name, digest string) *report.Pull {
-	p := r.pulls[digest]
+func (r *Reconciler) pullStatus(name, key string) *report.Pull {
+	p := r.pulls[key]
 	if p == nil {
 		return nil
 	}
 	w := r.pullWaits[name]
-	out := &report.Pull{Image: p.ref.Name(), Failures: p.failures, SpecHash: w.hash, Since: w.since.UTC().Truncate(time.Millisecond)}
+	what := p.what()
+	if len(what) > report.MaxPullImage {
+		what = strings.ToValidUTF8(what[:report.MaxPullImage-3], "") + "..."
+	}
+	out := &report.Pull{Image: what, Failures: p.failures, SpecHash: w.hash, Since: w.since.UTC().Truncate(time.Millisecond)}
 	if p.lastErr != nil {
 		out.Error = p.lastErr.Error()
 		if len(out.Error) > report.MaxProblemText {
@@ -237,22 +310,64 @@ func (r *Reconciler) ForgetImage(digest string) { delete(r.images, digest) }
 // being pulled or to be pulled): never to be removed. Only the owner
 // calls it.
 func (r *Reconciler) ImagesInUse() []string {
+	var out []string
+	for k := range r.inUse() {
+		if !strings.HasPrefix(k, artifactKeyPrefix) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// inUse are the images and artifacts (pull keys) that the instances this
+// node holds were made with, or that the instances placed here need.
+func (r *Reconciler) inUse() map[string]bool {
 	in := map[string]bool{}
-	for _, st := range r.state.Instances {
-		if ref, ok := ociImage(st.Spec); ok {
+	add := func(spec render.JailSpec) {
+		if ref, ok := ociImage(spec); ok {
 			in[ref.Digest] = true
 		}
+		for _, a := range spec.Artifacts {
+			in[artifactKey(a.SHA256)] = true
+		}
+	}
+	for _, st := range r.state.Instances {
+		add(st.Spec)
 	}
 	for _, o := range r.ops {
-		if ref, ok := ociImage(o.spec.Spec); ok {
-			in[ref.Digest] = true
+		add(o.spec.Spec)
+	}
+	for k := range r.pulls {
+		in[k] = true
+	}
+	for k := range r.wanted {
+		in[k] = true
+	}
+	return in
+}
+
+// maxUnpacked bounds what an artifact's archive extracts to.
+func (r *Reconciler) maxUnpacked() int64 {
+	if r.cfg.Puller == nil {
+		return 0
+	}
+	return r.cfg.Puller.MaxUnpacked
+}
+
+// cachedArtifacts are spec's artifacts with their files in the cache, for
+// the driver to place.
+func (r *Reconciler) cachedArtifacts(spec render.JailSpec) []oci.CachedArtifact {
+	if len(spec.Artifacts) == 0 || r.cfg.Puller == nil {
+		return nil
+	}
+	out := make([]oci.CachedArtifact, 0, len(spec.Artifacts))
+	for _, a := range spec.Artifacts {
+		blob, err := r.cfg.Puller.ArtifactPath(a.SHA256)
+		if err != nil {
+			continue // render checked it; the driver's place fails without it
 		}
+		out = append(out, oci.CachedArtifact{Artifact: a, Blob: blob})
 	}
-	for d := range r.pulls {
-		in[d] = true
-	}
-	for d := range r.wanted {
-		in[d] = true
-	}
-	return slices.Sorted(maps.Keys(in))
+	return out
 }

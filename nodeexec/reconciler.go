@@ -128,11 +128,11 @@ type Reconciler struct {
 	held      map[string]retry      // instances whose last operation failed
 	drain     map[string]time.Time  // instances whose stop waits for their drain, since when
 	unwell    map[string]unwell     // instances whose liveness (or startup) check failed
-	pulls     map[string]*pull      // images wanted and not yet there, by digest
-	images    map[string]bool       // OCI images the driver has, by digest
+	pulls     map[string]*pull      // images and artifacts wanted and not yet there, by digest (artifactKey)
+	images    map[string]bool       // OCI images the driver has, by digest, and artifacts cached, by artifactKey
 	pulling   map[string]*operation // instances whose start waits for their image, as of the last pass
 	pullWaits map[string]pullWait   // since when they wait, by instance
-	wanted    map[string]bool       // OCI images the last pass's instances need, by digest
+	wanted    map[string]bool       // OCI images and artifacts the last pass's instances need, as pulls
 	gc        imageGC               // the image collection, when one runs
 	folded    Result                // what was folded since the last Pass returned
 	unsaved   bool                  // an outcome was folded since the state was saved
@@ -309,7 +309,7 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 			res.Waiting[name] = err // ensure only ever waits
 			continue
 		}
-		if !r.imageReady(inst.Spec, now) {
+		if !r.sourcesReady(inst.Spec, now) {
 			// Pulled first: the instance it replaces (if any) keeps
 			// running meanwhile. A rollout's held-back replicas get their
 			// image ahead of their turn.
@@ -587,6 +587,7 @@ func (r *Reconciler) ensure(inst *render.Instance, pl planner.Placement, running
 		spec: InstanceSpec{
 			Name: inst.Name, Service: inst.Service, Node: r.cfg.Node, Address: pl.Address,
 			Spec: inst.Spec, SpecHash: inst.SpecHash,
+			Artifacts: r.cachedArtifacts(inst.Spec), MaxUnpacked: r.maxUnpacked(),
 		},
 	}
 	if isRunning {
@@ -763,8 +764,8 @@ func (r *Reconciler) Status(ctx context.Context) ([]report.Instance, []report.Vo
 			ri.Address = a
 		}
 		if o := r.pulling[name]; o != nil {
-			if ref, ok := ociImage(o.spec.Spec); ok {
-				ri.Pull = r.pullStatus(name, ref.Digest)
+			if key := r.waitsFor(o.spec.Spec); key != "" {
+				ri.Pull = r.pullStatus(name, key)
 			}
 		}
 		instances = append(instances, ri)

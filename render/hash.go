@@ -53,6 +53,9 @@ type replacePart struct {
 	Bridge  string   `json:"bridge"`
 	Address string   `json:"address"`
 	Volumes []Volume `json:"volumes"`
+	// Left out when there are none, so that a spec without artifacts
+	// hashes as it did before they existed.
+	Artifacts []Artifact `json:"artifacts,omitempty"`
 }
 
 type restartPart struct {
@@ -105,7 +108,7 @@ func parts(s JailSpec) (any, any, any) {
 	if s.Network.Address.IsValid() {
 		addr = s.Network.Address.String()
 	}
-	return replacePart{Image: s.Image, VNet: s.Network.VNet, Bridge: s.Network.Bridge, Address: addr, Volumes: s.Volumes},
+	return replacePart{Image: s.Image, VNet: s.Network.VNet, Bridge: s.Network.Bridge, Address: addr, Volumes: s.Volumes, Artifacts: s.Artifacts},
 		restartPart{Command: s.Command, Env: s.Env, Checks: writtenChecks(s.Checks)},
 		livePart{Resources: s.Resources, RestartPolicy: s.RestartPolicy, Checks: hashedChecks(s.Checks), TerminationGracePeriod: s.TerminationGracePeriod}
 }
@@ -123,10 +126,10 @@ func partHash(v any) string {
 }
 
 // SpecHash returns the stable hash of a rendered spec: 48 hex digits, the
-// first 16 covering what a replace changes (image, network, volumes), the
-// next 16 what a restart changes (command, env, the checks written), the
-// last 16 what is applied live (resources, restartPolicy, checks,
-// terminationGracePeriod).
+// first 16 covering what a replace changes (image, network, volumes,
+// artifacts), the next 16 what a restart changes (command, env, the
+// checks written), the last 16 what is applied live (resources,
+// restartPolicy, checks, terminationGracePeriod).
 func SpecHash(s JailSpec) string {
 	a, b, c := parts(s)
 	return partHash(a) + partHash(b) + partHash(c)
@@ -163,6 +166,7 @@ func CompareSpecs(from, to JailSpec) []FieldChange {
 	add(from.Network.Bridge != to.Network.Bridge, "network.bridge", ChangeReplace, arrow(from.Network.Bridge, to.Network.Bridge))
 	add(from.Network.Address != to.Network.Address, "network.address", ChangeReplace, arrow(addrText(from.Network.Address), addrText(to.Network.Address)))
 	add(!slices.Equal(from.Volumes, to.Volumes), "volumes", ChangeReplace, arrow(volumeText(from.Volumes), volumeText(to.Volumes)))
+	add(!slices.Equal(from.Artifacts, to.Artifacts), "artifacts", ChangeReplace, func() string { return artifactsDiff(from.Artifacts, to.Artifacts) })
 	add(!slices.Equal(from.Command, to.Command), "command", ChangeRestart, arrow(commandText(from.Command), commandText(to.Command)))
 	add(!maps.Equal(from.Env, to.Env), "env", ChangeRestart, func() string { return envDiff(from.Env, to.Env) })
 	add(from.Resources != to.Resources, "resources", ChangeLive, func() string {
@@ -285,6 +289,90 @@ func volumeText(vs []Volume) string {
 		names[i] = v.Name + ":" + v.MountPath
 	}
 	return strings.Join(names, ", ")
+}
+
+// artifactsDiff describes what changed between two specs' artifacts, by
+// path in order: +/path (sha256 abcd1234…), -/path, or /path: the fields
+// that changed, old → new. A URL is shown without its query string, which
+// may be a pre-signed URL's signature.
+func artifactsDiff(from, to []Artifact) string {
+	byPath := func(as []Artifact) map[string]Artifact {
+		m := make(map[string]Artifact, len(as))
+		for _, a := range as {
+			if _, dup := m[a.Path]; !dup {
+				m[a.Path] = a
+			}
+		}
+		return m
+	}
+	a, b := byPath(from), byPath(to)
+	paths := slices.Sorted(maps.Keys(a))
+	for p := range b {
+		if _, ok := a[p]; !ok {
+			paths = append(paths, p)
+		}
+	}
+	slices.Sort(paths)
+	var parts []string
+	for _, p := range paths {
+		x, inFrom := a[p]
+		y, inTo := b[p]
+		switch {
+		case !inFrom:
+			parts = append(parts, "+"+cutValue(p)+" (sha256 "+shortSum(y.SHA256)+")")
+		case !inTo:
+			parts = append(parts, "-"+cutValue(p))
+		case x != y:
+			var ch []string
+			field := func(name, v, w string) {
+				if v != w {
+					ch = append(ch, name+" "+v+" → "+w)
+				}
+			}
+			field("sha256", shortSum(x.SHA256), shortSum(y.SHA256))
+			field("url", cutValue(urlText(x.URL)), cutValue(urlText(y.URL)))
+			field("mode", modeText(x.Mode), modeText(y.Mode))
+			field("archive", archiveText(x.Archive), archiveText(y.Archive))
+			if len(ch) == 0 { // the query strings differ only
+				ch = append(ch, "url query string changed")
+			}
+			parts = append(parts, cutValue(p)+": "+strings.Join(ch, ", "))
+		}
+	}
+	if len(parts) == 0 {
+		return "reordered"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// shortSum is the first 8 hex digits of a sha256, for a change's detail.
+func shortSum(sum string) string {
+	if len(sum) <= 8 {
+		return sum
+	}
+	return sum[:8] + "…"
+}
+
+// urlText is an artifact's URL without its query string.
+func urlText(u string) string {
+	if i := strings.IndexByte(u, '?'); i >= 0 {
+		return u[:i] + "?…"
+	}
+	return u
+}
+
+func modeText(m FileMode) string {
+	if m == 0 {
+		return "(none)"
+	}
+	return m.String()
+}
+
+func archiveText(a string) string {
+	if a == "" {
+		return "(none)"
+	}
+	return a
 }
 
 func commandText(c []string) string {

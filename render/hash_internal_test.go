@@ -34,3 +34,24 @@ func TestCompareSpecsDetails(t *testing.T) {
 		}
 	}
 }
+
+// The artifacts change of docs/spec.md's "What a change does".
+func TestArtifactsDiffDocExample(t *testing.T) {
+	from := []Artifact{
+		{URL: "https://a.example.org/old", SHA256: strings.Repeat("1", 64), Path: "/opt/old", Mode: 0o644},
+		{URL: "https://a.example.org/conf", SHA256: "b79606fb3afea5bd1609ed40b622142f1c98125abcfe89a76a661b0e8e343910", Path: "/usr/local/etc/app.conf", Mode: 0o644},
+	}
+	to := []Artifact{
+		{URL: "https://a.example.org/exporter", SHA256: "9f9b4855ff8b3f709d0ce99cff96824db4d05c9fd63bbf855632a90805e6e941", Path: "/usr/local/bin/exporter", Mode: 0o755},
+		{URL: "https://a.example.org/conf", SHA256: "4b5e57f6eb2f42b9039b3d1e13929295f231749c510cbe341cd68036d9af97e2", Path: "/usr/local/etc/app.conf", Mode: 0o600},
+	}
+	want := "-/opt/old; +/usr/local/bin/exporter (sha256 9f9b4855…); /usr/local/etc/app.conf: sha256 b79606fb… → 4b5e57f6…, mode 0644 → 0600"
+	if got := artifactsDiff(from, to); got != want {
+		t.Errorf("artifactsDiff:\n%s\nwant:\n%s", got, want)
+	}
+	// Render sorts artifacts by path; a spec built otherwise may differ
+	// only in their order.
+	if got := artifactsDiff(to, []Artifact{to[1], to[0]}); got != "reordered" {
+		t.Errorf("artifactsDiff of the same artifacts reordered = %q, want reordered", got)
+	}
+}

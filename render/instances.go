@@ -91,6 +91,7 @@ func (r *renderer) resolveSpec(in jailInput, field string, at func(string) Posit
 		paths[cleanPath(v.MountPath)] = i
 		s.Volumes = append(s.Volumes, Volume{Name: v.Name, MountPath: cleanPath(v.MountPath), Size: v.Size})
 	}
+	s.Artifacts = r.resolveArtifacts(in.Artifacts, in.Volumes, field, at)
 	s.Checks = r.resolveChecks(in.Checks, f("checks"), at, svc)
 	s.TerminationGracePeriod = r.resolveGracePeriod(in.TerminationGracePeriod, f("terminationGracePeriod"), at)
 	return s

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
@@ -235,6 +236,9 @@ type JailSpec struct {
 	Resources     Resources         `json:"resources" yaml:"resources"`
 	RestartPolicy string            `json:"restartPolicy" yaml:"restartPolicy"`
 	Volumes       []Volume          `json:"volumes,omitempty" yaml:"volumes,omitempty"`
+	// Artifacts are files fetched for the instance, checked against
+	// their sha256 and placed in its root before it starts.
+	Artifacts []Artifact `json:"artifacts,omitempty" yaml:"artifacts,omitempty"`
 	// Checks are the instance's health checks, defaults applied: a
 	// Service replica without a readiness check gets a TCP one on the
 	// Service's port (Check.Default).
@@ -322,6 +326,44 @@ type Volume struct {
 	// Size is the dataset quota; 0 means no quota.
 	Size Bytes `json:"size,omitempty" yaml:"size,omitempty"`
 }
+
+// Artifact is a file fetched for an instance (docs/spec.md,
+// "Artifacts") and placed in its root each time it starts.
+type Artifact struct {
+	// URL is where it comes from: https://host/path, or
+	// oci://registry/repository@sha256:<manifest> (an OCI artifact: of
+	// its manifest's layers, the one whose digest is sha256:SHA256).
+	URL string `json:"url" yaml:"url"`
+	// SHA256 is the hex SHA-256 of the file fetched (of the archive, for
+	// one extracted): nothing else is placed.
+	SHA256 string `json:"sha256" yaml:"sha256"`
+	// Path is where it goes in the instance's root, absolute and clean:
+	// the file itself, or the directory an archive is extracted into.
+	Path string `json:"path" yaml:"path"`
+	// Mode is the file's permission bits (DefaultArtifactMode when left
+	// out); 0 for an archive, whose entries keep their own.
+	Mode FileMode `json:"mode,omitempty" yaml:"mode,omitempty"`
+	// Archive is how the file is extracted: "" (placed as it is),
+	// ArchiveTar, ArchiveTarGz or ArchiveTarZstd.
+	Archive string `json:"archive,omitempty" yaml:"archive,omitempty"`
+}
+
+// The archive formats an artifact may be extracted from.
+const (
+	ArchiveTar     = "tar"
+	ArchiveTarGz   = "tar.gz"
+	ArchiveTarZstd = "tar.zst"
+)
+
+// DefaultArtifactMode is an artifact file's mode when the spec gives none.
+const DefaultArtifactMode FileMode = 0o644
+
+// FileMode is a file's permission bits (0 to 0777), written in octal
+// ("0755").
+type FileMode uint32
+
+// String is the mode in octal with a leading 0: "0755".
+func (m FileMode) String() string { return fmt.Sprintf("%04o", uint32(m)) }
 
 // Ingress routes HTTPS for a host (and path prefix) to a Service.
 type Ingress struct {

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
 	"net/netip"
@@ -258,3 +259,45 @@ func (a Addr) IsZero() bool { return !a.IsValid() }
 
 // IsZero reports whether the prefix is unset (for omitempty and omitzero).
 func (p Prefix) IsZero() bool { return !p.IsValid() }
+
+// maxFileMode is the largest mode an artifact may have: permission bits
+// only, no setuid, setgid or sticky bit.
+const maxFileMode FileMode = 0o777
+
+// parseScalar reads a mode as written, in octal with a leading 0 (0755,
+// 0o755, or either quoted): the scalar's text is read, not the number YAML
+// would make of it, which depends on the YAML version. Digits without the
+// leading 0 (755) are refused rather than guessed at: a tool that
+// rewrites YAML 1.1 turns 0644 into 420, which read as octal would be
+// another mode.
+func (m *FileMode) parseScalar(text string) error {
+	s := strings.TrimSpace(text)
+	want := "want 0 to 0777 in octal, e.g. 0644 or 0755"
+	digits, ok := strings.CutPrefix(s, "0o")
+	if !ok {
+		digits, ok = strings.CutPrefix(s, "0O")
+	}
+	if !ok && strings.HasPrefix(s, "0") {
+		digits, ok = s, true
+	}
+	v, err := strconv.ParseUint(digits, 8, 32)
+	switch {
+	case digits == "" || err != nil && !errors.Is(err, strconv.ErrRange):
+		return fmt.Errorf("%q is not a file mode (%s)", text, want)
+	case !ok:
+		return fmt.Errorf("%q has no leading 0: write the mode in octal, as in 0%s (without the 0, YAML reads it as a decimal number)", text, s)
+	case err != nil || v > 0o7777:
+		return fmt.Errorf("%q is not a file mode (%s)", text, want)
+	case FileMode(v) > maxFileMode:
+		return fmt.Errorf("%q sets the setuid, setgid or sticky bit, which an artifact may not have (%s)", text, want)
+	}
+	*m = FileMode(v)
+	return nil
+}
+
+// MarshalText writes the mode in octal ("0755"), as it is written in a
+// spec.
+func (m FileMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *FileMode) UnmarshalText(t []byte) error { return m.parseScalar(string(t)) }

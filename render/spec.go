@@ -86,6 +86,7 @@ type jailInput struct {
 	Resources     resourcesInput    `yaml:"resources"`
 	RestartPolicy string            `yaml:"restartPolicy" default:"Always"`
 	Volumes       []volumeInput     `yaml:"volumes"`
+	Artifacts     []artifactInput   `yaml:"artifacts"`
 	Node          string            `yaml:"node" default:"any node the planner picks"`
 	NodeSelector  map[string]string `yaml:"nodeSelector"`
 	Checks        checksInput       `yaml:"checks"`
@@ -147,6 +148,17 @@ type volumeInput struct {
 	Name      string `yaml:"name"`
 	MountPath string `yaml:"mountPath"`
 	Size      Bytes  `yaml:"size"`
+}
+
+// artifactInput is one of spec.artifacts (docs/spec.md, "Artifacts"). Mode
+// is a pointer because written (an error with archive, and 0 refused) is
+// not the same as left out (DefaultArtifactMode, or none for an archive).
+type artifactInput struct {
+	URL     string    `yaml:"url"`
+	SHA256  string    `yaml:"sha256"`
+	Path    string    `yaml:"path"`
+	Mode    *FileMode `yaml:"mode"`
+	Archive string    `yaml:"archive" default:"none: the file is placed as it is"`
 }
 
 type serviceDoc struct {

@@ -223,7 +223,8 @@ type Instance struct {
 
 // Pull is an image pull an instance waits for.
 type Pull struct {
-	// Image is the image pulled: registry/repository@sha256:<hex>.
+	// Image is what is pulled: the image (registry/repository@sha256:<hex>),
+	// or an artifact ("artifact sha256:<hex> <path>").
 	Image string `yaml:"image" json:"image"`
 	// Error is the last attempt's failure, Failures the attempts that
 	// failed in a row (the next waits twice as long as the one before,
@@ -239,8 +240,8 @@ type Pull struct {
 	Since    time.Time `yaml:"since,omitempty" json:"since,omitzero"`
 }
 
-// maxPullImage bounds Pull.Image (as render bounds spec.image).
-const maxPullImage = 512
+// MaxPullImage bounds Pull.Image (as render bounds spec.image).
+const MaxPullImage = 512
 
 // IsReady reports whether the instance runs and is ready: a report of an
 // agent that does not run checks (Ready nil) counts a running instance
@@ -426,8 +427,8 @@ func ParseFile(data []byte) (Report, error) {
 			return Report{}, fmt.Errorf("instances[%d].check: more than %d bytes", i, MaxProblemText)
 		}
 		if p := in.Pull; p != nil {
-			if p.Image == "" || len(p.Image) > maxPullImage || len(p.Error) > MaxProblemText || p.Failures < 0 || len(p.SpecHash) > 64 || !hexRe.MatchString(p.SpecHash) {
-				return Report{}, fmt.Errorf("instances[%d].pull: an image of 1 to %d bytes, an error of at most %d, failures not negative and a hexadecimal specHash", i, maxPullImage, MaxProblemText)
+			if p.Image == "" || len(p.Image) > MaxPullImage || len(p.Error) > MaxProblemText || p.Failures < 0 || len(p.SpecHash) > 64 || !hexRe.MatchString(p.SpecHash) {
+				return Report{}, fmt.Errorf("instances[%d].pull: an image of 1 to %d bytes, an error of at most %d, failures not negative and a hexadecimal specHash", i, MaxPullImage, MaxProblemText)
 			}
 			p.Since = p.Since.UTC()
 			if p.Since.IsZero() {

@@ -13,9 +13,13 @@ package fake
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"maps"
 	"net/netip"
+	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -100,6 +104,7 @@ type instance struct {
 	starts     int
 	applied    *render.Resources
 	logs       []byte
+	artifacts  map[string]string // placed at the last start: sha256 by path
 }
 
 var (
@@ -354,6 +359,43 @@ func (d *Driver) Starts(name string) int {
 	return 0
 }
 
+// Artifacts returns the artifacts placed in the instance's root at its
+// last start: their sha256, by path.
+func (d *Driver) Artifacts(name string) map[string]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if in := d.instances[name]; in != nil {
+		return maps.Clone(in.artifacts)
+	}
+	return nil
+}
+
+// checkArtifacts does what placing the spec's artifacts checks: each
+// cached file is there and still matches its sha256.
+func checkArtifacts(spec nodeexec.InstanceSpec) (map[string]string, error) {
+	if len(spec.Artifacts) != len(spec.Spec.Artifacts) {
+		return nil, fmt.Errorf("%d artifacts in the spec, %d cached", len(spec.Spec.Artifacts), len(spec.Artifacts))
+	}
+	out := map[string]string{}
+	for _, a := range spec.Artifacts {
+		f, err := os.Open(a.Blob)
+		if err != nil {
+			return nil, fmt.Errorf("artifact %s: %w", a.Path, err)
+		}
+		h := sha256.New()
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("artifact %s: %w", a.Path, err)
+		}
+		if hex.EncodeToString(h.Sum(nil)) != a.SHA256 {
+			return nil, fmt.Errorf("artifact %s: the cached file does not match its sha256", a.Path)
+		}
+		out[a.Path] = a.SHA256
+	}
+	return out, nil
+}
+
 // Applied returns the resources last applied to the instance.
 func (d *Driver) Applied(name string) (render.Resources, bool) {
 	d.mu.Lock()
@@ -445,6 +487,10 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	if err != nil {
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
+	placed, err := checkArtifacts(spec)
+	if err != nil {
+		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
+	}
 	in := d.instances[name]
 	if in == nil {
 		in = &instance{}
@@ -456,6 +502,7 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	in.proc = nodeexec.Process{PID: d.nextPID, StartTime: d.ticks, SpecHash: spec.SpecHash, Started: d.now()}
 	in.volumes = slices.Collect(maps.Values(spec.Volumes))
 	in.env, in.procEnv = env, env
+	in.artifacts = placed
 	in.starts++
 	return in.proc, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/logfile"
+	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/render"
 )
 
@@ -328,6 +329,11 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
 	created, err := d.cloneRoot(ctx, name, spec.Spec.Image)
+	if err == nil {
+		// Into the root itself, before the volumes are mounted (render
+		// keeps artifacts and volumes apart).
+		err = oci.PlaceArtifacts(ctx, d.hostPath(d.rootfs(name)), spec.Artifacts, spec.MaxUnpacked)
+	}
 	if err == nil {
 		jid, err = d.provision(ctx, spec, rec, jid, rules)
 	}

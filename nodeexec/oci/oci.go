@@ -162,14 +162,7 @@ func (p *Puller) Fetch(ctx context.Context, ref render.ImageRef, progress func(P
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref.Name(), err)
 	}
-	opts := []remote.Option{
-		remote.WithContext(ctx),
-		remote.WithPlatform(p.platform()),
-		remote.WithUserAgent("keel"),
-		remote.WithAuthFromKeychain(cmpKeychain(p.Keychain)),
-	}
-	opts = append(opts, remote.WithTransport(loopbackHTTPOnly{cmp.Or[http.RoundTripper](p.Transport, http.DefaultTransport)}))
-	img, err := remote.Image(dref, opts...)
+	img, err := remote.Image(dref, p.remoteOptions(ctx)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref.Name(), err)
 	}
@@ -248,6 +241,18 @@ func (p *Puller) Fetch(ctx context.Context, ref render.ImageRef, progress func(P
 	return out, nil
 }
 
+// remoteOptions are the registry requests' options: the node's platform
+// and credentials, plain HTTP to a loopback registry only.
+func (p *Puller) remoteOptions(ctx context.Context) []remote.Option {
+	return []remote.Option{
+		remote.WithContext(ctx),
+		remote.WithPlatform(p.platform()),
+		remote.WithUserAgent("keel"),
+		remote.WithAuthFromKeychain(cmpKeychain(p.Keychain)),
+		remote.WithTransport(loopbackHTTPOnly{cmp.Or[http.RoundTripper](p.Transport, http.DefaultTransport)}),
+	}
+}
+
 // pin counts the images being pulled that need each layer.
 func (p *Puller) pin(layers []string, by int) {
 	p.mu.Lock()
@@ -307,38 +312,9 @@ func loopbackHost(h string) bool {
 // downloading it when missing; a download that another pull has under
 // way is waited for rather than made twice.
 func (p *Puller) fetchBlob(ctx context.Context, img v1.Image, l v1.Descriptor, path string) error {
-	for {
-		if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == l.Size {
-			return nil
-		}
-		p.mu.Lock()
-		if p.fetching == nil {
-			p.fetching = map[string]*blobFetch{}
-		}
-		f, busy := p.fetching[l.Digest.String()]
-		if !busy {
-			f = &blobFetch{done: make(chan struct{})}
-			p.fetching[l.Digest.String()] = f
-		}
-		p.mu.Unlock()
-		if busy {
-			select {
-			case <-f.done:
-				if f.err != nil && ctx.Err() == nil && !errors.Is(f.err, context.Canceled) {
-					return f.err
-				}
-				continue // done (or the other pull gave up): look again
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		f.err = p.download(ctx, img, l, path)
-		p.mu.Lock()
-		delete(p.fetching, l.Digest.String())
-		p.mu.Unlock()
-		close(f.done)
-		return f.err
-	}
+	return p.once(ctx, l.Digest.String(), path, func() bool { return cachedSize(path) == l.Size }, func() error {
+		return p.download(ctx, img, l, path)
+	})
 }
 
 // download copies the layer into a temporary file next to path, verified
@@ -438,30 +414,37 @@ func (anonymous) Resolve(authn.Resource) (authn.Authenticator, error) { return a
 // ErrLayerInUse is returned by RemoveBlob for a layer a pull needs.
 var ErrLayerInUse = errors.New("in use by a pull under way")
 
-// Blobs lists the layers in the cache, by digest, with their sizes.
-func (p *Puller) Blobs() (map[string]int64, error) {
+// BlobInfo is a blob in the cache: a layer or an artifact.
+type BlobInfo struct {
+	Size int64
+	// Added is when it was downloaded.
+	Added time.Time
+}
+
+// Blobs lists the layers and artifacts in the cache, by digest.
+func (p *Puller) Blobs() (map[string]BlobInfo, error) {
 	dir := filepath.Join(p.Dir, "blobs", "sha256")
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return map[string]int64{}, nil
+		return map[string]BlobInfo{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
+	out := map[string]BlobInfo{}
 	for _, e := range entries {
 		if _, err := CheckDigest("sha256:" + e.Name()); err != nil || !e.Type().IsRegular() {
 			continue // a download under way (.partial-*), or not Keel's
 		}
 		if fi, err := e.Info(); err == nil {
-			out["sha256:"+e.Name()] = fi.Size()
+			out["sha256:"+e.Name()] = BlobInfo{Size: fi.Size(), Added: fi.ModTime()}
 		}
 	}
 	return out, nil
 }
 
-// RemoveBlob removes a layer from the cache. A pull that needs it later
-// downloads it again.
+// RemoveBlob removes a layer or an artifact from the cache. A pull that
+// needs it later downloads it again.
 func (p *Puller) RemoveBlob(digest string) error {
 	hex, err := CheckDigest(digest)
 	if err != nil {

@@ -76,6 +76,9 @@ type unpacker struct {
 	entries int
 	names   int  // bytes of paths that entries may still take
 	chown   bool // running as root: ownership is kept
+	// plain is set for an archive that is not an image layer (an
+	// artifact's): .wh. names are names like any other.
+	plain bool
 	// dirs are the directories' metadata, applied at the end (deepest
 	// first) so that a read-only directory never blocks what goes in it;
 	// removed says when (at which entry) a whiteout last removed a path,
@@ -208,13 +211,13 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
 	}
 	dir, base := path.Split(name)
 	dir = path.Clean(dir)
-	if strings.HasPrefix(base, whiteoutPrefix) && (h.Size != 0 || h.Typeflag != tar.TypeReg) {
+	if strings.HasPrefix(base, whiteoutPrefix) && !u.plain && (h.Size != 0 || h.Typeflag != tar.TypeReg) {
 		return errors.New("a whiteout that is not an empty file: refused")
 	}
-	if base == opaqueMarker {
+	if base == opaqueMarker && !u.plain {
 		return u.opaque(dir)
 	}
-	if target, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
+	if target, ok := strings.CutPrefix(base, whiteoutPrefix); ok && !u.plain {
 		if target == "" || target == "." || target == ".." {
 			return errors.New("a whiteout of nothing: refused")
 		}
@@ -251,7 +254,7 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
 			return err
 		}
 		if h.Size > u.left {
-			return fmt.Errorf("the image unpacks to more than the %d bytes allowed", u.left)
+			return fmt.Errorf("it unpacks to more than the %d bytes allowed", u.left)
 		}
 		f, err := u.root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if err != nil {

@@ -1,7 +1,10 @@
 package process
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/nodeexec/oci/ocitest"
+	"github.com/keel-dev/keel/render"
 )
 
 func TestInstancesStartFromAnOCIImage(t *testing.T) {
@@ -181,5 +185,78 @@ func TestLeftoversOfACrashAreSwept(t *testing.T) {
 	newDriver(t, Options{StateDir: state})
 	if entries, _ := os.ReadDir(oci); len(entries) != 0 {
 		t.Errorf("left after the driver started: %v", entries)
+	}
+}
+
+func TestArtifactsArePlacedInTheRootAtEachStart(t *testing.T) {
+	reg := ocitest.NewRegistry(t)
+	ref := reg.Push(t, "team/web", ocitest.Image(t,
+		ocitest.Layer(t, compression.GZip, ocitest.Dir("etc", 0o755), ocitest.File("etc/app.conf", "from the image\n", 0o644))))
+	d := newDriver(t, Options{})
+	ctx := t.Context()
+	puller := &oci.Puller{Dir: t.TempDir()}
+	img, err := puller.Fetch(ctx, ref, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AddImage(ctx, img, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Two artifacts in the cache: a file and a tar.gz.
+	conf := "from the artifact\n"
+	archive := ocitest.Layer(t, compression.GZip, ocitest.Dir("bin", 0o755), ocitest.File("bin/tool", "#!/bin/sh\n", 0o755))
+	blobs := filepath.Join(puller.Dir, "blobs", "sha256")
+	os.MkdirAll(blobs, 0o700)
+	put := func(b []byte) string {
+		sum := sha256.Sum256(b)
+		h := hex.EncodeToString(sum[:])
+		if err := os.WriteFile(filepath.Join(blobs, h), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	rc, err := archive.Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgz, _ := io.ReadAll(rc)
+	rc.Close()
+	confSum, tgzSum := put([]byte(conf)), put(tgz)
+	s := spec("web-0", "/bin/sh", "-c", "cat etc/app.conf; ls -l etc/app.conf opt/tool/bin/tool | cut -c1-10")
+	s.Spec.Image = ocitest.Spec(ref)
+	for _, a := range []render.Artifact{
+		{URL: "https://example.org/app.conf", SHA256: confSum, Path: "/etc/app.conf", Mode: 0o600},
+		{URL: "https://example.org/tool.tar.gz", SHA256: tgzSum, Path: "/opt/tool", Archive: render.ArchiveTarGz},
+	} {
+		blob, _ := puller.ArtifactPath(a.SHA256)
+		s.Spec.Artifacts = append(s.Spec.Artifacts, a)
+		s.Artifacts = append(s.Artifacts, oci.CachedArtifact{Artifact: a, Blob: blob})
+	}
+	if e := runToExit(t, d, s); e.Code != 0 {
+		t.Fatalf("exit %+v", e)
+	}
+	out, _ := d.Logs("web-0", 4096)
+	if want := conf + "-rw-------\n-rwxr-xr-x\n"; !strings.Contains(string(out), want) {
+		t.Fatalf("the instance saw:\n%s\nwant %q", out, want)
+	}
+	// The image's own file is untouched: the artifact replaced the
+	// root's hard link, it did not write through it.
+	dir, _ := d.ociImageDir(ref.Digest)
+	if b, _ := os.ReadFile(filepath.Join(dir, "root", "etc", "app.conf")); string(b) != "from the image\n" {
+		t.Fatalf("the image's file was changed: %q", b)
+	}
+	// Changed in the root, the file is placed again at the next start.
+	root, _ := d.RootDir("web-0")
+	os.WriteFile(filepath.Join(root, "etc", "app.conf"), []byte("edited\n"), 0o644)
+	if e := runToExit(t, d, s); e.Code != 0 {
+		t.Fatalf("exit %+v", e)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "etc", "app.conf")); string(b) != conf {
+		t.Fatalf("after a restart: %q", b)
+	}
+	// A cached file changed since it was verified: the start fails.
+	os.WriteFile(s.Artifacts[0].Blob, []byte("tampered\n"), 0o600)
+	if _, err := d.Start(ctx, s); err == nil || !strings.Contains(err.Error(), "does not match its sha256") {
+		t.Fatalf("Start with a tampered cache = %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/logfile"
+	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/nodeexec/pgroup"
 	"github.com/keel-dev/keel/render"
 )
@@ -307,6 +308,9 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	}
 	root, err := d.ensureRoot(name, spec.Spec.Image)
 	if err != nil {
+		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
+	}
+	if err := oci.PlaceArtifacts(ctx, root, spec.Artifacts, spec.MaxUnpacked); err != nil {
 		return nodeexec.Process{}, fmt.Errorf("start %s: %w", name, err)
 	}
 	env, err := instanceEnv(spec, root, d.root, os.Getenv("PATH"))
