@@ -113,6 +113,7 @@ func TestRingLivenessAndMeta(t *testing.T) {
 		waitView(t, rings[n], "a's new meta", func(v View) bool { return v.Members["a"].HasMeta && v.Members["a"].Meta == meta })
 	}
 	// A node that vanishes (no leave message) is found dead.
+	halted := time.Now()
 	rings["c"].closed.Do(func() {
 		if err := rings["c"].halt(); err != nil {
 			t.Error(err)
@@ -121,8 +122,10 @@ func TestRingLivenessAndMeta(t *testing.T) {
 	for _, n := range []string{"a", "b"} {
 		waitView(t, rings[n], "c dead", func(v View) bool { m, ok := v.Members["c"]; return ok && !m.Alive })
 	}
-	if m := rings["a"].View().Members["c"]; m.Since.IsZero() || !m.Rejoined.IsZero() {
-		t.Errorf("c's death not dated, or dated as a return: %+v", m)
+	// Dated at the death, not at a return: on a busy machine c may have
+	// been suspected and come back before (Rejoined then dates that).
+	if m := rings["a"].View().Members["c"]; m.Since.Before(halted) || !m.Rejoined.Before(m.Since) {
+		t.Errorf("c's death not dated, or dated as a return (halted at %v): %+v", halted, m)
 	}
 }
 
@@ -171,9 +174,11 @@ func TestRingAdmitsOnlyTheInventoryWithTheKey(t *testing.T) {
 	// Give d and e time to try (joins every rejoinEvery, gossip all along).
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
+		// (a and b may suspect each other for a moment on a busy
+		// machine: what matters is that neither ever admits d or e.)
 		for _, n := range []string{"a", "b"} {
-			if got := aliveSet(rings[n].View()); got != "a,b" {
-				t.Fatalf("%s sees %q alive, want a,b only (d has the wrong key, e is not in the inventory)", n, got)
+			if v := rings[n].View(); v.Members["d"].Alive || v.Members["e"].Alive {
+				t.Fatalf("%s sees %q alive, want a,b only (d has the wrong key, e is not in the inventory)", n, aliveSet(v))
 			}
 		}
 		if got := aliveSet(rings["d"].View()); got != "d" {

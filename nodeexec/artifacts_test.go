@@ -1,11 +1,14 @@
 package nodeexec_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -135,5 +138,70 @@ func TestArtifactsAreFetchedBeforeTheStart(t *testing.T) {
 	w.pass()
 	if _, ok := w.running()["app"]; !ok || srv.hits["/app-v1"].Load() != 1 {
 		t.Fatalf("restart: running %v, v1 downloaded %d times", w.running(), srv.hits["/app-v1"].Load())
+	}
+
+	// The cached file deleted by hand: the next start fails, the file is
+	// fetched again, and the instance starts.
+	blob, _ := w.puller.ArtifactPath(sha("v1"))
+	if err := os.Remove(blob); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.drv.Crash("app", 1); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20 && srv.hits["/app-v1"].Load() < 2; i++ {
+		w.clk.advance(time.Minute)
+		w.passOnce()
+		if w.rec.InFlight() > 0 || srv.hits["/app-v1"].Load() < 2 {
+			select {
+			case <-w.rec.Wake():
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}
+	w.clk.advance(time.Minute)
+	w.pass()
+	if _, ok := w.running()["app"]; !ok || srv.hits["/app-v1"].Load() != 2 {
+		t.Fatalf("after the cache was deleted: running %v, v1 downloaded %d times (want twice)", w.running(), srv.hits["/app-v1"].Load())
+	}
+}
+
+// A hostile archive is refused when it is fetched, before anything
+// stops: the instance it was to replace runs on, and the report says why.
+func TestHostileArchiveIsRefusedBeforeTheReplace(t *testing.T) {
+	var good, bad bytes.Buffer
+	for _, c := range []struct {
+		buf  *bytes.Buffer
+		name string
+	}{{&good, "bin/app"}, {&bad, "../../etc/cron.d/evil"}} {
+		tw := tar.NewWriter(c.buf)
+		tw.WriteHeader(&tar.Header{Name: c.name, Mode: 0o755, Size: 2, Typeflag: tar.TypeReg})
+		tw.Write([]byte("hi"))
+		tw.Close()
+	}
+	srv := newFileServer(t, map[string]string{"/good.tar": good.String(), "/bad.tar": bad.String()})
+	spec := func(file, sum string) string {
+		return jail("app", fmt.Sprintf("  artifacts:\n    - {url: %q, sha256: %s, path: /opt/app, archive: tar}\n", srv.URL+file, sum))
+	}
+	w := newWorld(t, map[string]string{"a.yaml": spec("/good.tar", sha(good.String()))})
+	w.puller = &oci.Puller{Dir: t.TempDir(), Transport: srv.Client().Transport}
+	w.newReconciler()
+	w.passOnce()
+	w.waitWake()
+	w.pass()
+	pid := w.running()["app"].PID
+	if pid == 0 {
+		t.Fatal("not started")
+	}
+	w.set("a.yaml", spec("/bad.tar", sha(bad.String())))
+	w.passOnce()
+	w.waitWake()
+	w.passOnce()
+	ri := statusOf(t, w, "app")
+	if ri.State != report.StateRunning || ri.Pull == nil || !strings.Contains(ri.Pull.Error, `a path with "..": refused`) {
+		t.Fatalf("a hostile archive: %+v (pull %+v)", ri, ri.Pull)
+	}
+	if w.running()["app"].PID != pid {
+		t.Fatal("the instance was replaced by one whose archive is refused")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/render"
 	"github.com/keel-dev/keel/report"
 )
@@ -137,6 +138,12 @@ func (r *Reconciler) work(ctx context.Context, o *operation) error {
 		CrashPoint(CrashAfterVolume)
 	}
 	opCtx, cancel := r.op(ctx)
+	if len(spec.Artifacts) > 0 {
+		// Placing them copies (or extracts) up to gigabytes: bounded as
+		// a pull is, not as a driver call.
+		cancel()
+		opCtx, cancel = context.WithTimeout(ctx, max(pullTimeout, r.cfg.OpTimeout))
+	}
 	p, err := r.cfg.Driver.Start(opCtx, spec)
 	cancel()
 	if errors.Is(err, ErrAlreadyRunning) {
@@ -239,6 +246,13 @@ func (r *Reconciler) fold(o *operation, now time.Time, res *Result) {
 			r.log.Info("started instance", "instance", o.name, "pid", o.proc.PID, "address", o.spec.Address, "specHash", short(o.spec.SpecHash))
 		}
 		return
+	}
+	if o.startFailed && errors.Is(o.err, oci.ErrArtifactCache) {
+		// A cached artifact vanished or changed since it was fetched:
+		// fetched again (and checked) before the next start.
+		for _, a := range o.spec.Artifacts {
+			delete(r.images, artifactKey(a.SHA256))
+		}
 	}
 	if o.startFailed {
 		if st == nil {

@@ -30,6 +30,9 @@ const pullTimeout = 30 * time.Minute
 type pull struct {
 	ref render.ImageRef  // an image's
 	art *render.Artifact // or, when not nil, an artifact's
+	// urls are the URLs the pass's instances name the artifact's file
+	// by (one, but for instances that disagree).
+	urls []string
 
 	// Written by the pull's goroutine under Reconciler.mu.
 	ended bool
@@ -88,18 +91,44 @@ func (r *Reconciler) sourcesReady(spec render.JailSpec, now time.Time) bool {
 	return ready
 }
 
-// waitsFor is the key of the first pull the instance's start waits for,
-// "" when none.
+// waitsFor is the key of the pull the instance's start waits for that
+// the report shows: the first that failed, else the first; "" when none.
 func (r *Reconciler) waitsFor(spec render.JailSpec) string {
+	var keys []string
 	if ref, ok := ociImage(spec); ok && !r.images[ref.Digest] {
-		return ref.Digest
+		keys = append(keys, ref.Digest)
 	}
 	for _, a := range spec.Artifacts {
 		if k := artifactKey(a.SHA256); !r.images[k] {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		if p := r.pulls[k]; p != nil && p.lastErr != nil {
 			return k
 		}
 	}
-	return ""
+	if len(keys) == 0 {
+		return ""
+	}
+	return keys[0]
+}
+
+// keepPulls marks the pulls of an instance the pass leaves alone (busy
+// with an operation, or held) as still wanted: a download under way is
+// not thrown away for a moment's restart.
+func (r *Reconciler) keepPulls(spec render.JailSpec) {
+	keep := func(k string) {
+		if p := r.pulls[k]; p != nil {
+			r.wanted[k], p.wanted = true, true
+		}
+	}
+	if ref, ok := ociImage(spec); ok {
+		keep(ref.Digest)
+	}
+	for _, a := range spec.Artifacts {
+		keep(artifactKey(a.SHA256))
+	}
 }
 
 func (r *Reconciler) sourceReady(key string, mk func() *pull, now time.Time) bool {
@@ -126,10 +155,16 @@ func (r *Reconciler) wantPull(key string, mk func() *pull, now time.Time) {
 		// wants it): an artifact's file moved to another URL, its
 		// checksum, the key, the same, is tried there at once.
 		fresh := mk()
-		if fresh.art != nil && p.art != nil && fresh.art.URL != p.art.URL {
+		if fresh.art != nil && p.art != nil && fresh.art.URL != p.art.URL && !slices.Contains(p.urls, fresh.art.URL) {
 			p.retryAt = time.Time{}
 		}
 		p.ref, p.art = fresh.ref, fresh.art
+		p.urls = nil
+	}
+	if !p.running && p.art != nil {
+		if u := mk().art.URL; !slices.Contains(p.urls, u) {
+			p.urls = append(p.urls, u)
+		}
 	}
 	p.wanted = true
 	if p.running || now.Before(p.retryAt) || r.pullsRunning() >= r.cfg.MaxPulls {
@@ -176,9 +211,25 @@ func (r *Reconciler) runPull(ctx context.Context, p *pull) error {
 		ctx, cancel := context.WithTimeout(ctx, pullTimeout)
 		defer cancel()
 		start := time.Now()
-		if _, err := r.cfg.Puller.FetchArtifact(ctx, *p.art, func(pr oci.Progress) {
+		a := *p.art
+		if len(p.urls) > 0 {
+			// Instances naming this file by different URLs: each attempt
+			// tries the next.
+			a.URL = p.urls[p.failures%len(p.urls)]
+		}
+		blob, err := r.cfg.Puller.FetchArtifact(ctx, a, func(pr oci.Progress) {
 			r.log.Info("fetching artifact", "what", p.what(), "bytes", pr.Done, "of", pr.Total)
-		}); err != nil {
+		})
+		if err != nil {
+			return err
+		}
+		// Checked now, while the instance it replaces still runs: its
+		// checksum (a cache changed by hand is fetched again at the next
+		// attempt) and, for an archive, its format and every entry.
+		if err := oci.CheckArtifact(ctx, oci.CachedArtifact{Artifact: a, Blob: blob}, r.cfg.Puller.MaxUnpacked); err != nil {
+			if errors.Is(err, oci.ErrArtifactCache) {
+				_ = r.cfg.Puller.RemoveBlob("sha256:" + a.SHA256)
+			}
 			return err
 		}
 		r.log.Info("artifact ready", "what", p.what(), "took", time.Since(start).Round(time.Millisecond))
@@ -363,10 +414,9 @@ func (r *Reconciler) cachedArtifacts(spec render.JailSpec) []oci.CachedArtifact 
 	}
 	out := make([]oci.CachedArtifact, 0, len(spec.Artifacts))
 	for _, a := range spec.Artifacts {
-		blob, err := r.cfg.Puller.ArtifactPath(a.SHA256)
-		if err != nil {
-			continue // render checked it; the driver's place fails without it
-		}
+		// render checked the sha256; were it wrong, the empty path fails
+		// the driver's placing rather than the artifact being left out.
+		blob, _ := r.cfg.Puller.ArtifactPath(a.SHA256)
 		out = append(out, oci.CachedArtifact{Artifact: a, Blob: blob})
 	}
 	return out

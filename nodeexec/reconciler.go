@@ -297,7 +297,11 @@ func (r *Reconciler) decide(d Desired, running map[string]Process, now time.Time
 	// Instances this node should run.
 	for _, name := range slices.Sorted(maps.Keys(mine)) {
 		inst := d.Model.Instance(name)
-		if inst == nil || r.busy(name, now) {
+		if inst == nil {
+			continue
+		}
+		if r.busy(name, now) {
+			r.keepPulls(inst.Spec)
 			continue
 		}
 		if o := r.relive(name, running); o != nil {
@@ -572,7 +576,7 @@ func adopted(st *InstanceState, inst *render.Instance, pl planner.Placement, cla
 		st.Spec = inst.Spec
 		return
 	}
-	st.Spec.Image, st.Spec.Network, st.Spec.Volumes = inst.Spec.Image, inst.Spec.Network, inst.Spec.Volumes
+	st.Spec.Image, st.Spec.Network, st.Spec.Volumes, st.Spec.Artifacts = inst.Spec.Image, inst.Spec.Network, inst.Spec.Volumes, inst.Spec.Artifacts
 }
 
 // ensure decides what an instance placed on this node needs to run its

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/keel-dev/keel/nodeexec"
+	"github.com/keel-dev/keel/nodeexec/oci"
 	"github.com/keel-dev/keel/render"
 )
 
@@ -380,7 +381,7 @@ func checkArtifacts(spec nodeexec.InstanceSpec) (map[string]string, error) {
 	for _, a := range spec.Artifacts {
 		f, err := os.Open(a.Blob)
 		if err != nil {
-			return nil, fmt.Errorf("artifact %s: %w", a.Path, err)
+			return nil, fmt.Errorf("artifact %s: %w: %w", a.Path, oci.ErrArtifactCache, err)
 		}
 		h := sha256.New()
 		_, err = io.Copy(h, f)
@@ -389,7 +390,7 @@ func checkArtifacts(spec nodeexec.InstanceSpec) (map[string]string, error) {
 			return nil, fmt.Errorf("artifact %s: %w", a.Path, err)
 		}
 		if hex.EncodeToString(h.Sum(nil)) != a.SHA256 {
-			return nil, fmt.Errorf("artifact %s: the cached file does not match its sha256", a.Path)
+			return nil, fmt.Errorf("artifact %s: %w", a.Path, oci.ErrArtifactCache)
 		}
 		out[a.Path] = a.SHA256
 	}

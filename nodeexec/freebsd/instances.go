@@ -339,7 +339,12 @@ func (d *Driver) Start(ctx context.Context, spec nodeexec.InstanceSpec) (nodeexe
 	}
 	if err != nil {
 		if created {
-			if uerr := d.teardown(ctx, name); uerr != nil {
+			// Also when ctx ended (the agent stopping mid-start): the
+			// new root goes, not left for a later start to find.
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			uerr := d.teardown(uctx, name)
+			cancel()
+			if uerr != nil {
 				d.log.Warn("undoing a failed provision", "instance", name, "err", uerr)
 			}
 		}

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"cmp"
@@ -245,7 +246,7 @@ func (p *Puller) downloadHTTPS(ctx context.Context, a render.Artifact, path stri
 				tmp.Close()
 				return err
 			}
-			if progress != nil && time.Since(lastReport) > time.Second {
+			if progress != nil && time.Since(lastReport) > 10*time.Second {
 				progress(Progress{Done: n, Total: max(resp.ContentLength, n)})
 				lastReport = time.Now()
 			}
@@ -338,8 +339,79 @@ func PlaceArtifacts(ctx context.Context, root string, arts []CachedArtifact, max
 		if err != nil {
 			return fmt.Errorf("artifact %s: %w", a.Path, err)
 		}
+		// Used now: the collection's grace counts from here.
+		now := time.Now()
+		_ = os.Chtimes(a.Blob, now, now)
 	}
 	return nil
+}
+
+// CheckArtifact checks a cached artifact before any instance starts with
+// it: its file still matches its sha256 and, for an archive, its format
+// is the one named and every entry would be extracted (no absolute or
+// climbing path, no device node or FIFO, at most max bytes: 0 for
+// DefaultMaxUnpacked). What only the root can tell (a directory where a
+// file goes) is found when it is placed.
+func CheckArtifact(ctx context.Context, a CachedArtifact, max int64) error {
+	if err := checkBlob(a); err != nil {
+		return err
+	}
+	if a.Archive == "" {
+		return nil
+	}
+	if err := checkArchive(a); err != nil {
+		return err
+	}
+	if max <= 0 {
+		max = DefaultMaxUnpacked
+	}
+	f, err := os.Open(a.Blob)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrArtifactCache, err)
+	}
+	defer f.Close()
+	r, closeR, err := decompress(ctxReader{ctx, f})
+	if err != nil {
+		return err
+	}
+	defer closeR()
+	tr := tar.NewReader(r)
+	entries, names := maxEntries, maxNameBytes
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the tar: %w", err)
+		}
+		if entries--; entries < 0 {
+			return fmt.Errorf("more than %d entries", maxEntries)
+		}
+		if names -= len(h.Name) + len(h.Linkname); names < 0 {
+			return fmt.Errorf("paths of more than %d bytes together", maxNameBytes)
+		}
+		if _, err := cleanName(h.Name); err != nil {
+			return fmt.Errorf("%q: %w", h.Name, err)
+		}
+		switch h.Typeflag {
+		case tar.TypeXGlobalHeader, tar.TypeDir, tar.TypeSymlink:
+		case tar.TypeReg:
+			if max -= h.Size; max < 0 {
+				return errors.New("it unpacks to more than the bytes allowed (--image-max-unpacked)")
+			}
+		case tar.TypeLink:
+			if _, err := cleanName(h.Linkname); err != nil {
+				return fmt.Errorf("%q: hard link to %q: %w", h.Name, h.Linkname, err)
+			}
+		case tar.TypeChar, tar.TypeBlock:
+			return fmt.Errorf("%q: a device node: refused (a jail's /dev is devfs)", h.Name)
+		case tar.TypeFifo:
+			return fmt.Errorf("%q: a FIFO: refused", h.Name)
+		default:
+			return fmt.Errorf("%q: entry type %q: refused", h.Name, h.Typeflag)
+		}
+	}
 }
 
 // inRoot is an artifact's path relative to the root, or an error for one
@@ -351,6 +423,24 @@ func inRoot(p string) (string, error) {
 		return "", fmt.Errorf("path %q is not an absolute, clean path below /", p)
 	}
 	return cleanName(rel)
+}
+
+// tmpPrefix names the file an artifact is written to before its rename.
+const tmpPrefix = ".keel-artifact-"
+
+// removeStale removes what a placing cut short (a crash) left in dir.
+func removeStale(r *os.Root, dir string) {
+	f, err := r.Open(dir)
+	if err != nil {
+		return
+	}
+	names, _ := f.Readdirnames(-1)
+	f.Close()
+	for _, n := range names {
+		if strings.HasPrefix(n, tmpPrefix) {
+			_ = r.Remove(path.Join(dir, n))
+		}
+	}
 }
 
 func placeFile(ctx context.Context, r *os.Root, a CachedArtifact) (err error) {
@@ -368,10 +458,11 @@ func placeFile(ctx context.Context, r *os.Root, a CachedArtifact) (err error) {
 	}
 	in, err := os.Open(a.Blob)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrArtifactCache, err)
 	}
 	defer in.Close()
-	tmp := path.Join(path.Dir(rel), ".keel-artifact-"+rand.Text())
+	removeStale(r, path.Dir(rel))
+	tmp := path.Join(path.Dir(rel), tmpPrefix+rand.Text())
 	out, err := r.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
@@ -403,7 +494,7 @@ func placeFile(ctx context.Context, r *os.Root, a CachedArtifact) (err error) {
 func checkBlob(a CachedArtifact) error {
 	f, err := os.Open(a.Blob)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrArtifactCache, err)
 	}
 	defer f.Close()
 	hash := sha256.New()
@@ -416,7 +507,11 @@ func checkBlob(a CachedArtifact) error {
 	return nil
 }
 
-var errCacheChanged = errors.New("the cached file does not match its sha256: pull it again (keel image prune removes it)")
+// ErrArtifactCache is returned (wrapped) when an artifact's cached file is
+// missing or no longer matches its sha256: it is to be fetched again.
+var ErrArtifactCache = errors.New("the cached file is missing or does not match its sha256")
+
+var errCacheChanged = fmt.Errorf("%w (changed since it was fetched: it is fetched again)", ErrArtifactCache)
 
 // archiveMagic is how each archive format's file begins (a plain tar has
 // neither compression's).

@@ -904,7 +904,7 @@ func TestPlaceArtifactRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		err := oci.PlaceArtifacts(t.Context(), root, []oci.CachedArtifact{art}, 0)
-		if err == nil || !strings.Contains(err.Error(), "the cached file does not match its sha256") {
+		if err == nil || !errors.Is(err, oci.ErrArtifactCache) {
 			t.Errorf("PlaceArtifacts of an altered cache = %v", err)
 		}
 		fi, _ := os.Stat(filepath.Join(root, "etc/app.conf"))

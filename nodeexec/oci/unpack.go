@@ -124,27 +124,11 @@ func (u *unpacker) layer(l Layer) (err error) {
 			}
 		}
 	}()
-	// By its first bytes rather than its media type, which tools get
-	// wrong: the digest has pinned the bytes, whatever their label.
-	br := bufio.NewReader(tee)
-	magic, _ := br.Peek(4)
-	var r io.Reader = br
-	switch {
-	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return err
-		}
-		defer zr.Close()
-		r = zr
-	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return err
-		}
-		defer zr.Close()
-		r = zr
+	r, closeR, err := decompress(tee)
+	if err != nil {
+		return err
 	}
+	defer closeR()
 	u.layerPaths = map[string]bool{}
 	tr := tar.NewReader(r)
 	for {
@@ -179,6 +163,29 @@ func (u *unpacker) layer(l Layer) (err error) {
 			return fmt.Errorf("%q: %w", h.Name, err)
 		}
 	}
+}
+
+// decompress reads a tar that may be gzip- or zstd-compressed, told by its
+// first bytes rather than by a media type, which tools get wrong: the
+// digest has pinned the bytes, whatever their label.
+func decompress(in io.Reader) (io.Reader, func(), error) {
+	br := bufio.NewReader(in)
+	magic, _ := br.Peek(4)
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, func() { zr.Close() }, nil
+	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, nil, err
+		}
+		return zr, zr.Close, nil
+	}
+	return br, func() {}, nil
 }
 
 // cleanName is an entry's path relative to the root, or an error for a
