@@ -167,7 +167,14 @@ func (r *Reconciler) wantPull(key string, mk func() *pull, now time.Time) {
 		}
 	}
 	p.wanted = true
-	if p.running || now.Before(p.retryAt) || r.pullsRunning() >= r.cfg.MaxPulls {
+	if p.running || now.Before(p.retryAt) {
+		return
+	}
+	// A slot bounds downloads; an artifact already in the cache only
+	// needs its check (a restarted agent finds its instances' files
+	// there, and their restarts do not wait behind other downloads).
+	cached := p.art != nil && r.cfg.Puller != nil && r.cfg.Puller.HasArtifact(*p.art)
+	if !cached && r.pullsRunning() >= r.cfg.MaxPulls {
 		return
 	}
 	p.running = true
