@@ -201,6 +201,13 @@ func (p *Puller) downloadHTTPS(ctx context.Context, a render.Artifact, path stri
 			return nil
 		},
 	}
+	// A server that stops sending is left after Stall without a byte,
+	// not at the pull's 30 min bound.
+	stall := cmp.Or(p.Stall, DefaultStall)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(stall, func() { cancel(fmt.Errorf("no byte for %s: the server stalled", stall)) })
+	defer timer.Stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.URL, nil)
 	if err != nil {
 		return errors.New("not a valid URL")
@@ -213,7 +220,7 @@ func (p *Puller) downloadHTTPS(ctx context.Context, a render.Artifact, path stri
 	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := client.Do(req)
 	if err != nil {
-		return scrubURLError(err)
+		return stalled(ctx, scrubURLError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -238,6 +245,7 @@ func (p *Puller) downloadHTTPS(ctx context.Context, a render.Artifact, path stri
 	for {
 		m, rerr := ctxReader{ctx, resp.Body}.Read(buf)
 		if m > 0 {
+			timer.Reset(stall)
 			if n += int64(m); n > limit {
 				tmp.Close()
 				return fmt.Errorf("more than the %d bytes allowed", limit)
@@ -256,7 +264,7 @@ func (p *Puller) downloadHTTPS(ctx context.Context, a render.Artifact, path stri
 		}
 		if rerr != nil {
 			tmp.Close()
-			return scrubURLError(rerr)
+			return stalled(ctx, scrubURLError(rerr))
 		}
 	}
 	if got := hex.EncodeToString(hash.Sum(nil)); got != a.SHA256 {
@@ -278,6 +286,18 @@ func (p *Puller) downloadHTTPS(ctx context.Context, a render.Artifact, path stri
 	}
 	p.log().Debug("artifact downloaded", "url", publicURL(a.URL), "bytes", n, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// DefaultStall is how long an artifact's download may go without a byte
+// when Puller.Stall is zero.
+const DefaultStall = 2 * time.Minute
+
+// stalled is err, or why ctx was cancelled when the stall timer did it.
+func stalled(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
+	}
+	return err
 }
 
 // publicURL is u without its query and fragment: a pre-signed URL's

@@ -1368,3 +1368,28 @@ func TestFetchAndPlaceArtifacts(t *testing.T) {
 		t.Errorf("lib/x.so: %v, %v", fi, err)
 	}
 }
+
+func TestFetchArtifactStalled(t *testing.T) {
+	body := bytes.Repeat([]byte("slow "), 4000)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	srv := newHTTPS(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		_, _ = w.Write(body[:1000])
+		w.(http.Flusher).Flush()
+		select { // stalls mid-body
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	})
+	p := srv.puller(t, nil)
+	p.Stall = 300 * time.Millisecond
+	a := render.Artifact{URL: srv.URL + "/f", SHA256: sum(body), Path: "/f"}
+	start := time.Now()
+	if _, err := p.FetchArtifact(t.Context(), a, nil); err == nil || !strings.Contains(err.Error(), "the server stalled") {
+		t.Errorf("FetchArtifact from a stalled server = %v", err)
+	} else if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the stall was noticed after %v", d)
+	}
+	assertCacheEmpty(t, p)
+}

@@ -73,6 +73,9 @@ type Puller struct {
 	// Platform picks an index's manifest: the node's OS and architecture
 	// (runtime.GOOS and GOARCH when zero).
 	Platform v1.Platform
+	// Stall bounds the time an artifact's download may go without a byte
+	// (DefaultStall when 0).
+	Stall time.Duration
 	// MaxCompressed and MaxUnpacked bound an image (the defaults when 0).
 	MaxCompressed, MaxUnpacked int64
 	Log                        *slog.Logger
