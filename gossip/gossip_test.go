@@ -33,7 +33,10 @@ func freePortTB(t testing.TB) int {
 	return port
 }
 
-var fast = Timing{ProbeInterval: 200 * time.Millisecond, ProbeTimeout: 100 * time.Millisecond, SuspicionMult: 2,
+// fast is quick enough for tests yet not so quick that a busy machine
+// (a probe answered late under load) makes members flap: a probe has
+// 400 ms, and a suspicion 3 probe rounds to be refuted.
+var fast = Timing{ProbeInterval: 500 * time.Millisecond, ProbeTimeout: 400 * time.Millisecond, SuspicionMult: 3,
 	GossipInterval: 50 * time.Millisecond, PushPullInterval: time.Second}
 
 func key(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
