@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -229,56 +228,40 @@ func (p *Puller) downloadHTTPS(ctx context.Context, a render.Artifact, path stri
 	if resp.ContentLength > limit {
 		return fmt.Errorf("the server announces %d bytes, more than the %d allowed", resp.ContentLength, limit)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	hash := sha256.New()
-	w := io.MultiWriter(tmp, hash)
 	var n int64
-	buf := make([]byte, 256<<10)
-	lastReport := time.Now()
-	for {
-		m, rerr := ctxReader{ctx, resp.Body}.Read(buf)
-		if m > 0 {
-			timer.Reset(stall)
-			if n += int64(m); n > limit {
-				tmp.Close()
-				return fmt.Errorf("more than the %d bytes allowed", limit)
+	err = writeBlob(path, func(tmp io.Writer) error {
+		hash := sha256.New()
+		w := io.MultiWriter(tmp, hash)
+		buf := make([]byte, 256<<10)
+		lastReport := time.Now()
+		for {
+			m, rerr := ctxReader{ctx, resp.Body}.Read(buf)
+			if m > 0 {
+				timer.Reset(stall)
+				if n += int64(m); n > limit {
+					return fmt.Errorf("more than the %d bytes allowed", limit)
+				}
+				if _, err := w.Write(buf[:m]); err != nil {
+					return err
+				}
+				if progress != nil && time.Since(lastReport) > 10*time.Second {
+					progress(Progress{Done: n, Total: max(resp.ContentLength, n)})
+					lastReport = time.Now()
+				}
 			}
-			if _, err := w.Write(buf[:m]); err != nil {
-				tmp.Close()
-				return err
+			if errors.Is(rerr, io.EOF) {
+				break
 			}
-			if progress != nil && time.Since(lastReport) > 10*time.Second {
-				progress(Progress{Done: n, Total: max(resp.ContentLength, n)})
-				lastReport = time.Now()
+			if rerr != nil {
+				return stalled(ctx, scrubURLError(rerr))
 			}
 		}
-		if errors.Is(rerr, io.EOF) {
-			break
+		if got := hex.EncodeToString(hash.Sum(nil)); got != a.SHA256 {
+			return fmt.Errorf("its sha256 is %s, not %s as the spec says: refused", got, a.SHA256)
 		}
-		if rerr != nil {
-			tmp.Close()
-			return stalled(ctx, scrubURLError(rerr))
-		}
-	}
-	if got := hex.EncodeToString(hash.Sum(nil)); got != a.SHA256 {
-		tmp.Close()
-		return fmt.Errorf("its sha256 is %s, not %s as the spec says: refused", got, a.SHA256)
-	}
-	err = tmp.Sync()
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
+		return nil
+	})
 	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
 	if progress != nil {

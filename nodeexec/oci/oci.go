@@ -334,6 +334,28 @@ func (p *Puller) download(ctx context.Context, img v1.Image, l v1.Descriptor, pa
 		return err
 	}
 	defer rc.Close()
+	err = writeBlob(path, func(w io.Writer) error {
+		// The reader checks the digest once it reaches the end; a blob
+		// longer than declared fails there too, so the limit is only a
+		// guard against reading forever.
+		n, err := io.Copy(w, io.LimitReader(ctxReader{ctx, rc}, l.Size+1))
+		if err == nil && n != l.Size {
+			err = fmt.Errorf("got %d bytes, the manifest says %d", n, l.Size)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	p.log().Debug("layer downloaded", "digest", l.Digest.String(), "bytes", l.Size, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// writeBlob puts a blob into the cache at path: fill writes it into a
+// temporary file beside path (.<name>.partial-*, which Sweep removes
+// after a crash), which is synced and renamed into place only when fill
+// succeeds, so the cache never holds a blob that was not verified whole.
+func writeBlob(path string, fill func(io.Writer) error) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
@@ -342,13 +364,7 @@ func (p *Puller) download(ctx context.Context, img v1.Image, l v1.Descriptor, pa
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	// The reader checks the digest once it reaches the end; a blob
-	// longer than declared fails there too, so the limit is only a
-	// guard against reading forever.
-	n, err := io.Copy(tmp, io.LimitReader(ctxReader{ctx, rc}, l.Size+1))
-	if err == nil && n != l.Size {
-		err = fmt.Errorf("got %d bytes, the manifest says %d", n, l.Size)
-	}
+	err = fill(tmp)
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -358,11 +374,7 @@ func (p *Puller) download(ctx context.Context, img v1.Image, l v1.Descriptor, pa
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	p.log().Debug("layer downloaded", "digest", l.Digest.String(), "bytes", l.Size, "took", time.Since(start).Round(time.Millisecond))
-	return nil
+	return os.Rename(tmp.Name(), path)
 }
 
 // ctxReader stops a read once ctx ends (a registry that stalls mid-blob
