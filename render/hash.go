@@ -306,15 +306,8 @@ func artifactsDiff(from, to []Artifact) string {
 		return m
 	}
 	a, b := byPath(from), byPath(to)
-	paths := slices.Sorted(maps.Keys(a))
-	for p := range b {
-		if _, ok := a[p]; !ok {
-			paths = append(paths, p)
-		}
-	}
-	slices.Sort(paths)
 	var parts []string
-	for _, p := range paths {
+	for _, p := range unionKeys(a, b) {
 		x, inFrom := a[p]
 		y, inTo := b[p]
 		switch {
@@ -398,18 +391,23 @@ func MaskedValue(name, value string) string {
 	return strconv.Quote(cutValue(value))
 }
 
-// envDiff describes what changed between two environments, by key in
-// order: +KEY=value, -KEY, KEY: old → new; secret-looking values masked.
-func envDiff(from, to map[string]string) string {
-	keys := slices.Sorted(maps.Keys(from))
-	for k := range to {
-		if _, ok := from[k]; !ok {
+// unionKeys are the keys of a and b together, sorted.
+func unionKeys[V any](a, b map[string]V) []string {
+	keys := slices.Collect(maps.Keys(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
 			keys = append(keys, k)
 		}
 	}
 	slices.Sort(keys)
+	return keys
+}
+
+// envDiff describes what changed between two environments, by key in
+// order: +KEY=value, -KEY, KEY: old → new; secret-looking values masked.
+func envDiff(from, to map[string]string) string {
 	var parts []string
-	for _, k := range keys {
+	for _, k := range unionKeys(from, to) {
 		a, inFrom := from[k]
 		b, inTo := to[k]
 		switch {
