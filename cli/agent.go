@@ -79,7 +79,7 @@ stops the agent cleanly. See docs/agent.md.`,
 	imageMax := f.Int64("image-max-size", oci.DefaultMaxCompressed, "the most an OCI image's layers may weigh, compressed, and an artifact, in bytes")
 	imageMaxUnpacked := f.Int64("image-max-unpacked", oci.DefaultMaxUnpacked, "the most an OCI image's files, or an artifact archive's, may weigh unpacked, in bytes")
 	imageGrace := f.Duration("image-gc-grace", nodeexec.DefaultImageGrace, "an unused OCI image added less than this long ago is never collected on the agent's own")
-	imageCacheMax := f.Int64("image-cache-max", 0, "collect unused OCI images when the images and their cached layers take more bytes than this (0: no limit)")
+	imageCacheMax := f.Int64("image-cache-max", 0, "collect unused OCI images and artifacts when the images and the cached layers and artifacts take more bytes than this (0: no limit)")
 	imageMinFree := f.Float64("image-min-free", 100*nodeexec.DefaultImageMinFree, "collect unused OCI images when less than this percentage of the state directory's file system is free (0: never)")
 	noWatch := f.Bool("no-watch", false, "do not watch a local repository for changes (poll only)")
 	verify := f.Bool("verify-signatures", false, "apply only commits signed by a key of --allowed-signers that descend from the last applied commit")
