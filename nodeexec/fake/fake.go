@@ -13,13 +13,9 @@ package fake
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"maps"
 	"net/netip"
-	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -372,25 +368,16 @@ func (d *Driver) Artifacts(name string) map[string]string {
 }
 
 // checkArtifacts does what placing the spec's artifacts checks: each
-// cached file is there and still matches its sha256.
+// cached file is there and still matches its sha256, an archive's
+// entries would be extracted.
 func checkArtifacts(spec nodeexec.InstanceSpec) (map[string]string, error) {
 	if len(spec.Artifacts) != len(spec.Spec.Artifacts) {
 		return nil, fmt.Errorf("%d artifacts in the spec, %d cached", len(spec.Spec.Artifacts), len(spec.Artifacts))
 	}
 	out := map[string]string{}
 	for _, a := range spec.Artifacts {
-		f, err := os.Open(a.Blob)
-		if err != nil {
-			return nil, fmt.Errorf("artifact %s: %w: %w", a.Path, oci.ErrArtifactCache, err)
-		}
-		h := sha256.New()
-		_, err = io.Copy(h, f)
-		f.Close()
-		if err != nil {
+		if err := oci.CheckArtifact(context.Background(), a, spec.MaxUnpacked); err != nil {
 			return nil, fmt.Errorf("artifact %s: %w", a.Path, err)
-		}
-		if hex.EncodeToString(h.Sum(nil)) != a.SHA256 {
-			return nil, fmt.Errorf("artifact %s: %w", a.Path, oci.ErrArtifactCache)
 		}
 		out[a.Path] = a.SHA256
 	}
