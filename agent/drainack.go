@@ -47,6 +47,10 @@ const (
 	// wait (more are dropped: asks are repeated, changes sent again).
 	ackSenders = 4
 	ackQueue   = 1024
+	// pastDigests bounds the replaced digests kept a node (has): a
+	// rollout step changes a report a few times, a burst held back from
+	// git a few dozen at most.
+	pastDigests = 32
 )
 
 // drainAckEvents are the values of keel_drain_ack_messages_total's event.
@@ -92,8 +96,11 @@ type drainAcks struct {
 	keys   sync.ReportKeys
 	nodes  map[string]bool // the inventory
 	got    map[string]report.Report
-	digest map[string]string    // report.ContentDigest of got's
-	gotAt  map[string]time.Time // when each of got came: it counts for ackTTL
+	digest map[string]string // report.ContentDigest of got's
+	// past are the digests of the reports got replaced, oldest first (at
+	// most pastDigests a node): git's copy of one of them is no news.
+	past  map[string][]string
+	gotAt map[string]time.Time // when each of got came: it counts for ackTTL
 	// refused is the last reason a node's report was refused, logged
 	// once as a warning (then at debug level while it stays the same).
 	refused map[string]string
@@ -109,7 +116,7 @@ func newDrainAcks(signer ssh.Signer, ring *ringKeeper, log *slog.Logger, metrics
 	d := &drainAcks{
 		signer: signer, ring: ring, log: log, metrics: metrics,
 		subs: map[string]time.Time{}, asked: map[string]time.Time{},
-		nodes: map[string]bool{}, got: map[string]report.Report{}, digest: map[string]string{}, gotAt: map[string]time.Time{}, refused: map[string]string{}, queued: map[string]bool{},
+		nodes: map[string]bool{}, got: map[string]report.Report{}, digest: map[string]string{}, past: map[string][]string{}, gotAt: map[string]time.Time{}, refused: map[string]string{}, queued: map[string]bool{},
 		queue: make(chan [2]string, ackQueue), arrived: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	for _, e := range drainAckEvents {
@@ -149,6 +156,7 @@ func (d *drainAcks) setKeys(keys sync.ReportKeys, m *render.Model) {
 		// A report taken under a key that is gone must not count.
 		clear(d.got)
 		clear(d.digest)
+		clear(d.past)
 		clear(d.gotAt)
 	}
 	d.keys = keys
@@ -161,6 +169,7 @@ func (d *drainAcks) setKeys(keys sync.ReportKeys, m *render.Model) {
 	}
 	maps.DeleteFunc(d.got, func(n string, _ report.Report) bool { return !d.nodes[n] })
 	maps.DeleteFunc(d.digest, func(n string, _ string) bool { return !d.nodes[n] })
+	maps.DeleteFunc(d.past, func(n string, _ []string) bool { return !d.nodes[n] })
 	maps.DeleteFunc(d.gotAt, func(n string, _ time.Time) bool { return !d.nodes[n] })
 }
 
@@ -229,17 +238,27 @@ func (d *drainAcks) acks() []report.Report {
 	return out
 }
 
-// has reports whether the newest report received from node says what
-// the content version digest (report.ContentDigest) does: the ring
-// announces that version once node pushed it, and a fetch of it would
-// bring nothing new.
+// has reports whether a report received from node within ackTTL says
+// what the content version digest (report.ContentDigest) does, or
+// replaced one that did: the ring announces that version once node
+// pushed it, and a fetch of it would bring nothing newer than the ring's.
+// A node pushes a burst of changes once they settle (ringQuiet), so its
+// push of a rollout step's last report often lands when the next step's
+// reports have come over the ring already: without the replaced ones,
+// every node would fetch it then, on the CPUs and the git server that
+// step waits for. (A content that comes back, A then B then A again, with
+// the second A's message lost, is taken from git once the B received
+// expires, after ackTTL at most.)
 func (d *drainAcks) has(node, digest string) bool {
 	if d == nil || digest == "" {
 		return false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.digest[node] == digest && time.Since(d.gotAt[node]) <= ackTTL
+	if time.Since(d.gotAt[node]) > ackTTL {
+		return false
+	}
+	return d.digest[node] == digest || slices.Contains(d.past[node], digest)
 }
 
 func (d *drainAcks) enqueueLocked(kind, to string) {
@@ -408,6 +427,10 @@ func (d *drainAcks) take(m gossip.Message) {
 	}
 	digest := report.ContentDigest(r)
 	news := digest != d.digest[m.From]
+	if prev := d.digest[m.From]; news && prev != "" {
+		past := append(d.past[m.From], prev)
+		d.past[m.From] = past[max(0, len(past)-pastDigests):]
+	}
 	d.got[m.From], d.digest[m.From], d.gotAt[m.From] = r, digest, time.Now()
 	d.metrics.DrainAcks.WithLabelValues("received").Inc()
 	d.log.Debug("report received over the gossip ring", "from", m.From, "time", r.Time, "news", news)

@@ -164,6 +164,18 @@ func TestDrainAcksOverTheRing(t *testing.T) {
 		t.Error("a change from a node waited for did not wake the loop")
 	}
 	dropped = changed
+	// git's copy of a content the ring brought, the newest or one it
+	// replaced since, is no news (the fetch leaves it out); another is.
+	for _, r := range []report.Report{listing, same, changed} {
+		if !n1.d.has("n2", report.ContentDigest(r)) {
+			t.Errorf("the content of the report of %s, received over the ring, is news", r.Time)
+		}
+	}
+	other := reportAt("n2", t0)
+	other.Services = []report.Service{{Name: "web", VIP: "10.201.0.1", Endpoints: []string{"10.200.0.6:8080"}}}
+	if n1.d.has("n2", report.ContentDigest(other)) || n1.d.has("n3", report.ContentDigest(changed)) {
+		t.Error("a content never received over the ring is not news")
+	}
 
 	// What fails the checks is refused, and an older report never
 	// replaces a newer one.
@@ -202,6 +214,9 @@ func TestDrainAcksOverTheRing(t *testing.T) {
 	n1.d.mu.Unlock()
 	if acks := n1.d.acks(); len(acks) != 0 {
 		t.Errorf("a report older than ackTTL still counts: %+v", acks)
+	}
+	if n1.d.has("n2", report.ContentDigest(listing)) || n1.d.has("n2", report.ContentDigest(changed)) {
+		t.Error("a content received longer ago than ackTTL is still no news: git's copy would never be read")
 	}
 	// Keys that change drop what was taken under the old ones.
 	n1.d.mu.Lock()

@@ -157,8 +157,10 @@ func (w *gitWorker) stale(v gossip.View) bool {
 
 // wants returns, with a ring, which refs a fetch asks for: the branch
 // (always, when it moved), the certificates, and the report of every node
-// the ring does not vouch for, alive with the content this node has read:
-// a heartbeat of a node alive in the ring is not fetched.
+// the ring does not vouch for, alive with the content this node has read
+// or received over the ring (drainAcks.has): a heartbeat of a node alive
+// in the ring is not fetched. This node's own report is never fetched:
+// the loop makes it afresh at each pass.
 func (w *gitWorker) wants(v gossip.View, prefix string) func(plumbing.ReferenceName, plumbing.Hash) bool {
 	w.mu.Lock()
 	digests := maps.Clone(w.digests)
@@ -167,6 +169,9 @@ func (w *gitWorker) wants(v gossip.View, prefix string) func(plumbing.ReferenceN
 		node, ok := strings.CutPrefix(ref.String(), prefix)
 		if !ok {
 			return true
+		}
+		if node == w.opts.Node {
+			return false
 		}
 		m, known := v.Members[node]
 		return !known || !m.Alive || !m.HasMeta || m.Meta.Report == "" || (m.Meta.Report != digests[node] && !w.acks.has(node, m.Meta.Report))

@@ -53,6 +53,7 @@ func TestGossipWantsAndStale(t *testing.T) {
 	want := w.wants(v, prefix)
 	for ref, wanted := range map[string]bool{
 		prefix + "a": false, prefix + "b": true, prefix + "c": true, prefix + "unknown": true,
+		prefix + "self":   false, // made afresh at each pass
 		"refs/heads/main": true, "refs/keel/certs/www.example.com": true,
 	} {
 		if got := want(plumbing.ReferenceName(ref), plumbing.ZeroHash); got != wanted {
@@ -76,6 +77,17 @@ func TestGossipWantsAndStale(t *testing.T) {
 	w.acks = &drainAcks{digest: map[string]string{"b": d2}, gotAt: map[string]time.Time{"b": time.Now()}}
 	if w.stale(v) || w.wants(v, prefix)(plumbing.ReferenceName(prefix+"b"), plumbing.ZeroHash) {
 		t.Error("b's announced report came over the ring: still stale, or fetched")
+	}
+	// Nor is one the ring has brought a newer report since (the push of
+	// a burst's last report, once the next burst is under way).
+	d3 := strings.Repeat("3", 32)
+	w.acks = &drainAcks{digest: map[string]string{"b": d3}, past: map[string][]string{"b": {d1, d2}}, gotAt: map[string]time.Time{"b": time.Now()}}
+	if w.stale(v) || w.wants(v, prefix)(plumbing.ReferenceName(prefix+"b"), plumbing.ZeroHash) {
+		t.Error("b's announced report was replaced over the ring: still stale, or fetched")
+	}
+	w.acks.gotAt["b"] = time.Now().Add(-ackTTL - time.Second)
+	if !w.stale(v) || !w.wants(v, prefix)(plumbing.ReferenceName(prefix+"b"), plumbing.ZeroHash) {
+		t.Error("the ring's reports of b expired: b's announced report is not fetched")
 	}
 	w.acks = nil
 	v.Members["b"] = member(true, d1, t0.Add(-time.Hour))

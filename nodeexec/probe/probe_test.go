@@ -571,10 +571,11 @@ func TestSetCopiesChecks(t *testing.T) {
 	}
 }
 
-// Until it first passes, a tcp or http check runs at most StartPace apart
-// during StartWindow (an instance that binds late is seen ready soon after
-// it does), then at twice the previous interval up to its period; an
-// exec check doubles from the start.
+// Until it first passes, a tcp or http check runs at most StartPaceFast
+// apart during StartFastWindow, then StartPace apart until StartWindow
+// (an instance that binds late is seen ready soon after it does), then at
+// twice the previous interval up to its period; an exec check doubles
+// from the start.
 func TestStartPace(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -582,7 +583,7 @@ func TestStartPace(t *testing.T) {
 		want  []time.Duration
 	}{
 		{"tcp", &render.Check{TCP: &render.TCPCheck{Port: 1}, Period: render.Duration(time.Second)},
-			[]time.Duration{5, 10, 20, 40, 50, 50, 50, 50, 100, 200, 400, 800, 1000}},
+			[]time.Duration{5, 10, 10, 10, 20, 40, 50, 50, 100, 200, 400, 800, 1000}},
 		{"exec", &render.Check{Exec: &render.ExecCheck{Command: []string{"false"}}, Period: render.Duration(time.Second)},
 			[]time.Duration{5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000, 1000, 1000}},
 	} {
