@@ -238,19 +238,26 @@ func BenchmarkRolloutUnderLoad(b *testing.B) {
 // Service takes, from git push to every replica ready at its new spec and
 // every proxy following (and, with a surge, the surge instance gone): with
 // the default strategy (one replica at a time) and with maxSurge: 1 and
-// maxUnavailable: 0 (a new replica first, then one old one at a time).
-// Run it with -benchtime=10x.
+// maxUnavailable: 0 (a new replica first, then one old one at a time),
+// each without a ring (every hand-off through git) and with the ring and
+// report keys (as make demo). Run it with -benchtime=10x.
 func BenchmarkRolloutTime(b *testing.B) {
-	for _, bc := range []struct{ name, strategy string }{
-		{"default", ""},
-		{"maxSurge=1", "  strategy: {maxSurge: 1, maxUnavailable: 0}\n"},
+	for _, bc := range []struct {
+		name, strategy string
+		gossip         bool
+	}{
+		{"default", "", false},
+		{"maxSurge=1", "  strategy: {maxSurge: 1, maxUnavailable: 0}\n", false},
+		{"default+gossip", "", true},
+		{"maxSurge=1+gossip", "  strategy: {maxSurge: 1, maxUnavailable: 0}\n", true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			spec := func(greeting string) string {
 				s := webService(3, "base/demo", greeting)
 				return strings.Replace(s, "  template:\n", bc.strategy+"  template:\n", 1)
 			}
-			c := newCluster(b, 10*time.Minute, localcluster.Options{Poll: time.Second, Files: map[string]string{"apps/web.yaml": spec("v0")}})
+			c := newCluster(b, 10*time.Minute, localcluster.Options{Poll: time.Second, Gossip: bc.gossip, ReportKeys: bc.gossip,
+				Files: map[string]string{"apps/web.yaml": spec("v0")}})
 			c.converge("first commit")
 			var took []time.Duration
 			push := func() {
