@@ -483,6 +483,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	noticeTimer.Stop()
 	defer noticeTimer.Stop()
 	noticePending := false
+	// fetchNotice fetches what the ring announced, spaced (noticeSpacing)
+	// so that a deploy that changes every report at once does not have
+	// every node fetch continuously.
+	fetchNotice := func() {
+		if a.applied == nil || !a.git.worthFetching(a.ring) || noticePending {
+			return
+		}
+		wait := time.Until(a.lastNoticeFetch.Add(noticeSpacing(len(a.applied.model.Nodes))))
+		if wait <= 0 {
+			a.lastNoticeFetch = time.Now()
+			a.git.fetch()
+		} else {
+			noticePending = true
+			noticeTimer.Reset(wait)
+		}
+	}
+	// ackRecheck looks again, while reports received over the ring count,
+	// for git's copies they no longer stand for (drainAcks.has).
+	ackRecheck := time.NewTimer(time.Hour)
+	ackRecheck.Stop()
+	defer ackRecheck.Stop()
+	recheckArmed := false
 	a.settle = time.NewTimer(time.Hour)
 	a.settle.Stop()
 	defer a.settle.Stop()
@@ -516,19 +538,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			ringPending = false
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
-			if a.applied != nil && a.git.worthFetching(a.ring) && !noticePending {
-				// Fetches on notices are spaced (noticeSpacing), so that a
-				// deploy that changes every report at once does not have
-				// every node fetch continuously.
-				wait := time.Until(a.lastNoticeFetch.Add(noticeSpacing(len(a.applied.model.Nodes))))
-				if wait <= 0 {
-					a.lastNoticeFetch = time.Now()
-					a.git.fetch()
-				} else {
-					noticePending = true
-					noticeTimer.Reset(wait)
-				}
-			}
+			fetchNotice()
 			if d := a.pollInterval(); d != pollEvery {
 				pollEvery = d
 				poll.Reset(d)
@@ -557,6 +567,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			// A node a drain waits for sent its report over the ring.
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
+			if !recheckArmed {
+				recheckArmed = true
+				ackRecheck.Reset(ackRecheckEvery)
+			}
+		case <-ackRecheck.C:
+			recheckArmed = false
+			fetchNotice()
+			if a.acks.holding() {
+				recheckArmed = true
+				ackRecheck.Reset(ackRecheckEvery)
+			}
 		case <-a.prober.Changes():
 			// An instance turned ready or unready, or failed its liveness
 			// check: report it (traffic follows), restart it.
@@ -872,6 +893,7 @@ func (a *Agent) pass(ctx context.Context) {
 			a.peersDirty = true // peers.json holds what the plan was made with
 		}
 	}
+	a.acks.setLimit(a.ackLimit)
 	own := a.ownReport(ctx, planAt)
 	keepUp(&own, peers, now.Add(planner.MaxClockLead(m)))
 	reports := append(peers, own)

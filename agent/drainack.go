@@ -39,14 +39,23 @@ const (
 	// again (a message lost, a node restarted since its last ask).
 	askEvery = time.Second
 	// ackTTL is how long a report received over the ring counts: by then
-	// its node has pushed it (ringPushMax) and the next fetch brings it,
-	// or a newer one came. A report that stopped coming (the node's clock
-	// stepped back, it left the ring) does not outlive it.
+	// its node has pushed it (ringPushMax) and a fetch has brought it
+	// (ackCover, ackRecheckEvery), or a newer one came. A report that
+	// stopped coming (the node's clock stepped back, it left the ring)
+	// does not outlive it.
 	ackTTL = 10 * time.Second
 	// ackSenders is how many messages are sent at once; ackQueue how many
 	// wait (more are dropped: asks are repeated, changes sent again).
 	ackSenders = 4
 	ackQueue   = 1024
+	// ackCover is how long a content received over the ring, or replaced
+	// by a newer one, keeps git's copy of it from being fetched (has):
+	// half of ackTTL, so that git's copy is read (ackRecheckEvery) before the
+	// ring's report stops counting, whatever the ring brings meanwhile.
+	ackCover = ackTTL / 2
+	// ackRecheckEvery is how often the loop looks for what a fetch should
+	// bring while ring reports count (holding).
+	ackRecheckEvery = time.Second
 	// pastDigests bounds the replaced digests kept a node (has): a
 	// rollout step changes a report a few times, a burst held back from
 	// git a few dozen at most.
@@ -98,8 +107,12 @@ type drainAcks struct {
 	got    map[string]report.Report
 	digest map[string]string // report.ContentDigest of got's
 	// past are the digests of the reports got replaced, oldest first (at
-	// most pastDigests a node): git's copy of one of them is no news.
-	past  map[string][]string
+	// most pastDigests a node), with when each was replaced: git's copy
+	// of one replaced within ackCover is no news (has).
+	past map[string][]replaced
+	// limit is the latest date of a ring report the last plan counted
+	// (withAcks' limit); zero: none counted.
+	limit time.Time
 	gotAt map[string]time.Time // when each of got came: it counts for ackTTL
 	// refused is the last reason a node's report was refused, logged
 	// once as a warning (then at debug level while it stays the same).
@@ -116,7 +129,7 @@ func newDrainAcks(signer ssh.Signer, ring *ringKeeper, log *slog.Logger, metrics
 	d := &drainAcks{
 		signer: signer, ring: ring, log: log, metrics: metrics,
 		subs: map[string]time.Time{}, asked: map[string]time.Time{},
-		nodes: map[string]bool{}, got: map[string]report.Report{}, digest: map[string]string{}, past: map[string][]string{}, gotAt: map[string]time.Time{}, refused: map[string]string{}, queued: map[string]bool{},
+		nodes: map[string]bool{}, got: map[string]report.Report{}, digest: map[string]string{}, past: map[string][]replaced{}, gotAt: map[string]time.Time{}, refused: map[string]string{}, queued: map[string]bool{},
 		queue: make(chan [2]string, ackQueue), arrived: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	for _, e := range drainAckEvents {
@@ -169,7 +182,7 @@ func (d *drainAcks) setKeys(keys sync.ReportKeys, m *render.Model) {
 	}
 	maps.DeleteFunc(d.got, func(n string, _ report.Report) bool { return !d.nodes[n] })
 	maps.DeleteFunc(d.digest, func(n string, _ string) bool { return !d.nodes[n] })
-	maps.DeleteFunc(d.past, func(n string, _ []string) bool { return !d.nodes[n] })
+	maps.DeleteFunc(d.past, func(n string, _ []replaced) bool { return !d.nodes[n] })
 	maps.DeleteFunc(d.gotAt, func(n string, _ time.Time) bool { return !d.nodes[n] })
 }
 
@@ -238,27 +251,67 @@ func (d *drainAcks) acks() []report.Report {
 	return out
 }
 
-// has reports whether a report received from node within ackTTL says
-// what the content version digest (report.ContentDigest) does, or
-// replaced one that did: the ring announces that version once node
-// pushed it, and a fetch of it would bring nothing newer than the ring's.
-// A node pushes a burst of changes once they settle (ringQuiet), so its
-// push of a rollout step's last report often lands when the next step's
-// reports have come over the ring already: without the replaced ones,
-// every node would fetch it then, on the CPUs and the git server that
-// step waits for. (A content that comes back, A then B then A again, with
-// the second A's message lost, is taken from git once the B received
-// expires, after ackTTL at most.)
+// replaced is a content digest of a node's report that a newer one
+// replaced, and when.
+type replaced struct {
+	digest string
+	at     time.Time
+}
+
+// has reports whether git's copy of node's report with content version
+// digest (report.ContentDigest) would bring nothing newer than the ring
+// has: the newest report received from node says the same, or replaced
+// one that did, within ackCover, and the last plan counted it (limit).
+// The ring announces a version once node pushed it; a node pushes a burst
+// of changes once they settle (ringQuiet), so its push of a rollout
+// step's last report often lands when the next step's reports have come
+// over the ring already: without the replaced ones, every node would
+// fetch it then, on the CPUs and the git server that step waits for.
+// Past ackCover, git's copy is fetched (the loop looks every
+// ackRecheckEvery) before the ring's report stops counting at ackTTL, so
+// that the plan does not fall back to a copy older than git's. (A content that comes back, A then B
+// then A again, with the second A's message lost, is taken from git
+// ackCover after B replaced A at most: until then the plan counts B.)
 func (d *drainAcks) has(node, digest string) bool {
 	if d == nil || digest == "" {
 		return false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if time.Since(d.gotAt[node]) > ackTTL {
+	now := time.Now()
+	if r, ok := d.got[node]; !ok || now.Sub(d.gotAt[node]) > ackCover || d.limit.IsZero() || r.Time.After(d.limit) {
 		return false
 	}
-	return d.digest[node] == digest || slices.Contains(d.past[node], digest)
+	if d.digest[node] == digest {
+		return true
+	}
+	return slices.ContainsFunc(d.past[node], func(p replaced) bool { return p.digest == digest && now.Sub(p.at) <= ackCover })
+}
+
+// setLimit records the latest date of a ring report the plan counts
+// (withAcks' limit), for has.
+func (d *drainAcks) setLimit(limit time.Time) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	d.limit = limit
+	d.mu.Unlock()
+}
+
+// holding reports whether a report received over the ring still counts.
+func (d *drainAcks) holding() bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, at := range d.gotAt {
+		if time.Since(at) <= ackTTL {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *drainAcks) enqueueLocked(kind, to string) {
@@ -427,11 +480,12 @@ func (d *drainAcks) take(m gossip.Message) {
 	}
 	digest := report.ContentDigest(r)
 	news := digest != d.digest[m.From]
+	now := time.Now()
 	if prev := d.digest[m.From]; news && prev != "" {
-		past := append(d.past[m.From], prev)
+		past := append(d.past[m.From], replaced{prev, now})
 		d.past[m.From] = past[max(0, len(past)-pastDigests):]
 	}
-	d.got[m.From], d.digest[m.From], d.gotAt[m.From] = r, digest, time.Now()
+	d.got[m.From], d.digest[m.From], d.gotAt[m.From] = r, digest, now
 	d.metrics.DrainAcks.WithLabelValues("received").Inc()
 	d.log.Debug("report received over the gossip ring", "from", m.From, "time", r.Time, "news", news)
 	if news {

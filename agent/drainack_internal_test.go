@@ -165,7 +165,12 @@ func TestDrainAcksOverTheRing(t *testing.T) {
 	}
 	dropped = changed
 	// git's copy of a content the ring brought, the newest or one it
-	// replaced since, is no news (the fetch leaves it out); another is.
+	// replaced since, is no news (the fetch leaves it out) once a plan
+	// counted the ring's (its limit); another is.
+	if n1.d.has("n2", report.ContentDigest(changed)) {
+		t.Error("no plan counted the ring's report yet: git's copy is no news")
+	}
+	n1.d.setLimit(changed.Time)
 	for _, r := range []report.Report{listing, same, changed} {
 		if !n1.d.has("n2", report.ContentDigest(r)) {
 			t.Errorf("the content of the report of %s, received over the ring, is news", r.Time)
@@ -176,6 +181,32 @@ func TestDrainAcksOverTheRing(t *testing.T) {
 	if n1.d.has("n2", report.ContentDigest(other)) || n1.d.has("n3", report.ContentDigest(changed)) {
 		t.Error("a content never received over the ring is not news")
 	}
+	// The replaced contents are kept pastDigests deep, each for ackCover.
+	n1.d.mu.Lock()
+	for i := range 2 * pastDigests {
+		n1.d.past["n2"] = append(n1.d.past["n2"], replaced{fmt.Sprint(i), time.Now()})
+	}
+	n1.d.mu.Unlock()
+	bumped := changed
+	bumped.Time = changed.Time.Add(time.Second)
+	bumped.Services = []report.Service{{Name: "web", VIP: "10.201.0.1", Endpoints: []string{"10.200.0.7:8080"}}}
+	n1.d.setLimit(bumped.Time)
+	n1.d.take(gossip.Message{From: "n2", Kind: ackKind, Body: encodeSigned(t, bumped, s2)})
+	n1.d.mu.Lock()
+	kept := len(n1.d.past["n2"])
+	n1.d.mu.Unlock()
+	if kept != pastDigests || !n1.d.has("n2", report.ContentDigest(changed)) {
+		t.Errorf("%d replaced contents kept, want %d with the newest replaced among them", kept, pastDigests)
+	}
+	n1.d.mu.Lock()
+	for i := range n1.d.past["n2"] {
+		n1.d.past["n2"][i].at = time.Now().Add(-ackCover - time.Second)
+	}
+	n1.d.mu.Unlock()
+	if n1.d.has("n2", report.ContentDigest(changed)) || !n1.d.has("n2", report.ContentDigest(bumped)) {
+		t.Error("a content replaced longer ago than ackCover is still no news, or the newest is news")
+	}
+	dropped = bumped
 
 	// What fails the checks is refused, and an older report never
 	// replaces a newer one.
@@ -225,6 +256,12 @@ func TestDrainAcksOverTheRing(t *testing.T) {
 	n1.d.setKeys(sync.ReportKeys{"n1": s1.PublicKey(), "n2": s1.PublicKey()}, m)
 	if acks := n1.d.acks(); len(acks) != 0 {
 		t.Errorf("a report taken under a key since rotated still counts: %+v", acks)
+	}
+	n1.d.mu.Lock()
+	pastKept := len(n1.d.past)
+	n1.d.mu.Unlock()
+	if pastKept != 0 {
+		t.Error("the contents replaced under a key since rotated are kept")
 	}
 	n1.d.setKeys(keys, m)
 	// A node that leaves the inventory leaves the acks.

@@ -74,20 +74,47 @@ func TestGossipWantsAndStale(t *testing.T) {
 	// A version announced that came over the ring already (drainAcks) is
 	// neither fetched nor news.
 	v.Members["b"] = member(true, d2, t0.Add(-time.Hour))
-	w.acks = &drainAcks{digest: map[string]string{"b": d2}, gotAt: map[string]time.Time{"b": time.Now()}}
+	now := time.Now()
+	ring := func(digest string, past ...replaced) *drainAcks {
+		return &drainAcks{got: map[string]report.Report{"b": {Node: "b", Time: now}}, digest: map[string]string{"b": digest},
+			past: map[string][]replaced{"b": past}, gotAt: map[string]time.Time{"b": now}, limit: now.Add(time.Second)}
+	}
+	w.acks = ring(d2)
 	if w.stale(v) || w.wants(v, prefix)(plumbing.ReferenceName(prefix+"b"), plumbing.ZeroHash) {
 		t.Error("b's announced report came over the ring: still stale, or fetched")
 	}
 	// Nor is one the ring has brought a newer report since (the push of
 	// a burst's last report, once the next burst is under way).
 	d3 := strings.Repeat("3", 32)
-	w.acks = &drainAcks{digest: map[string]string{"b": d3}, past: map[string][]string{"b": {d1, d2}}, gotAt: map[string]time.Time{"b": time.Now()}}
+	w.acks = ring(d3, replaced{d1, now}, replaced{d2, now})
 	if w.stale(v) || w.wants(v, prefix)(plumbing.ReferenceName(prefix+"b"), plumbing.ZeroHash) {
 		t.Error("b's announced report was replaced over the ring: still stale, or fetched")
 	}
-	w.acks.gotAt["b"] = time.Now().Add(-ackTTL - time.Second)
-	if !w.stale(v) || !w.wants(v, prefix)(plumbing.ReferenceName(prefix+"b"), plumbing.ZeroHash) {
-		t.Error("the ring's reports of b expired: b's announced report is not fetched")
+	// But it is once the ring's report or the replacement is older than
+	// ackCover (git's copy is read before the ring's stops counting), or
+	// when the plan does not count the ring's report (past its limit).
+	for name, acks := range map[string]*drainAcks{
+		"received longer ago than ackCover": func() *drainAcks {
+			d := ring(d2)
+			d.gotAt["b"] = now.Add(-ackCover - time.Second)
+			return d
+		}(),
+		"replaced longer ago than ackCover": ring(d3, replaced{d2, now.Add(-ackCover - time.Second)}),
+		"dated past the plan's limit": func() *drainAcks {
+			d := ring(d2)
+			d.limit = now.Add(-time.Second)
+			return d
+		}(),
+		"with no plan made with the ring": func() *drainAcks {
+			d := ring(d2)
+			d.limit = time.Time{}
+			return d
+		}(),
+	} {
+		w.acks = acks
+		if !w.stale(v) || !w.wants(v, prefix)(plumbing.ReferenceName(prefix+"b"), plumbing.ZeroHash) {
+			t.Errorf("b's announced report, %s: not fetched", name)
+		}
 	}
 	w.acks = nil
 	v.Members["b"] = member(true, d1, t0.Add(-time.Hour))

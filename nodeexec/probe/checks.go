@@ -64,8 +64,18 @@ func (p *Prober) run(tg *target, c *render.Check, timeout time.Duration) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("%s: timed out after %v", what, timeout)
 	}
-	return fmt.Errorf("%s: %s", what, reason(err))
+	return &failure{fmt.Sprintf("%s: %s", what, reason(err)), err}
 }
+
+// failure is a check's failure: what the check says of it, and the error
+// behind it (a refused connection paces the next run: startPace).
+type failure struct {
+	msg   string
+	cause error
+}
+
+func (f *failure) Error() string { return f.msg }
+func (f *failure) Unwrap() error { return f.cause }
 
 func addrPort(addr netip.Addr, port int) (netip.AddrPort, error) {
 	if !addr.IsValid() {

@@ -22,6 +22,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/keel-dev/keel/nodeexec"
@@ -42,13 +43,14 @@ const (
 	FirstInterval = 5 * time.Millisecond
 	// StartPace caps that interval for a tcp or an http check during
 	// StartWindow after its first run (StartPaceFast during its first
-	// StartFastWindow): an instance that takes a moment to bind is seen
-	// ready within a few milliseconds of it (the keel binary binds 35 ms
-	// after its start on an idle host, well past the 5 ms and 15 ms runs
-	// of the doubling), not within as long again as it took. A run is a
-	// connection attempt on the instance's address: a hundred of them in
-	// the first second cost a host less than the instance's own start.
-	// An exec check, a process per run, is not capped.
+	// StartFastWindow while its connections are refused): an instance
+	// that takes a moment to bind is seen ready within a few milliseconds
+	// of it (the keel binary binds 35 ms after its start on an idle host,
+	// well past the 5 ms and 15 ms runs of the doubling), not within as
+	// long again as it took. A refused connection costs the host next to
+	// nothing; once the port accepts, an application still warming up
+	// (an http check failing) is asked every StartPace, not every
+	// StartPaceFast. An exec check, a process per run, is not capped.
 	StartPaceFast   = 10 * time.Millisecond
 	StartFastWindow = time.Second
 	StartPace       = 50 * time.Millisecond
@@ -439,7 +441,7 @@ func (p *Prober) loop(tg *target, k kind, s settings) {
 			delay = s.period
 		} else {
 			delay, next = next, min(2*next, s.period)
-			if pace := startPace(c, began.Sub(start)); pace > 0 {
+			if pace := startPace(c, began.Sub(start), errors.Is(err, syscall.ECONNREFUSED)); pace > 0 {
 				delay, next = min(delay, pace), min(next, pace)
 			}
 		}
@@ -447,12 +449,13 @@ func (p *Prober) loop(tg *target, k kind, s settings) {
 }
 
 // startPace is the longest interval between two runs of check c, which
-// has not passed yet, elapsed after its first run; 0 when uncapped.
-func startPace(c *render.Check, elapsed time.Duration) time.Duration {
+// has not passed yet, elapsed after its first run, the last of which met
+// a refused connection or not; 0 when uncapped.
+func startPace(c *render.Check, elapsed time.Duration, refused bool) time.Duration {
 	switch {
 	case c.Exec != nil || elapsed >= StartWindow:
 		return 0
-	case elapsed < StartFastWindow:
+	case refused && elapsed < StartFastWindow:
 		return StartPaceFast
 	}
 	return StartPace

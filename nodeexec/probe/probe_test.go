@@ -572,11 +572,17 @@ func TestSetCopiesChecks(t *testing.T) {
 }
 
 // Until it first passes, a tcp or http check runs at most StartPaceFast
-// apart during StartFastWindow, then StartPace apart until StartWindow
-// (an instance that binds late is seen ready soon after it does), then at
-// twice the previous interval up to its period; an exec check doubles
-// from the start.
+// apart during StartFastWindow while its connections are refused (an
+// instance that binds late is seen ready soon after it does), StartPace
+// apart until StartWindow otherwise (an application that accepts but is
+// still warming up is not asked a hundred times a second), then at twice
+// the previous interval up to its period; an exec check doubles from the
+// start.
 func TestStartPace(t *testing.T) {
+	warming := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(warming.Close)
 	for _, tc := range []struct {
 		name  string
 		check *render.Check
@@ -584,6 +590,8 @@ func TestStartPace(t *testing.T) {
 	}{
 		{"tcp", &render.Check{TCP: &render.TCPCheck{Port: 1}, Period: render.Duration(time.Second)},
 			[]time.Duration{5, 10, 10, 10, 20, 40, 50, 50, 100, 200, 400, 800, 1000}},
+		{"http answering 503", &render.Check{HTTP: &render.HTTPCheck{Port: warming.Listener.Addr().(*net.TCPAddr).Port, Path: "/"}, Period: render.Duration(time.Second)},
+			[]time.Duration{5, 10, 20, 40, 50, 50, 50, 50, 100, 200, 400, 800, 1000}},
 		{"exec", &render.Check{Exec: &render.ExecCheck{Command: []string{"false"}}, Period: render.Duration(time.Second)},
 			[]time.Duration{5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000, 1000, 1000}},
 	} {
