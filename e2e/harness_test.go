@@ -165,7 +165,9 @@ func newCluster(t testing.TB, timeout time.Duration, opts localcluster.Options) 
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}
-	opts.Keel = keelBin
+	if opts.Keel == "" {
+		opts.Keel = keelBin
+	}
 	if !opts.PodCIDR.IsValid() {
 		opts.PodCIDR, opts.ServiceCIDR = subnets(t)
 	}

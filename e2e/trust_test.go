@@ -38,7 +38,15 @@ func TestVerifiedDeploys(t *testing.T) {
 	if err := os.WriteFile(signers, []byte("demo@keel.invalid "+string(pub)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := newCluster(t, 5*time.Minute, localcluster.Options{
+	// The agents are the keel binary built without the race detector
+	// (demoBin, as the workloads'): the six pushes of 16 MiB below, each
+	// inflated and hashed by three agents and their compactions, took a
+	// minute each with its instrumentation beside the package's other
+	// parallel tests on two cores. What this test checks, the trust and
+	// the disk a refused push costs, is the same either way; the other
+	// tests run the race-enabled agents. Ten minutes for a busy machine.
+	c := newCluster(t, 10*time.Minute, localcluster.Options{
+		Keel:      demoBin,
 		AgentArgs: []string{"--verify-signatures", "--allowed-signers", signers},
 		Files:     map[string]string{"apps/web.yaml": webService(2, "base/demo", "hello")},
 	})
