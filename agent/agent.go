@@ -500,7 +500,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	// ackRecheck looks again, while reports received over the ring count,
-	// for git's copies they no longer stand for (drainAcks.has).
+	// for git's copies they no longer stand for (drainAcks.has); armed at
+	// the end of any turn of the loop that finds one counting.
 	ackRecheck := time.NewTimer(time.Hour)
 	ackRecheck.Stop()
 	defer ackRecheck.Stop()
@@ -567,17 +568,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			// A node a drain waits for sent its report over the ring.
 			a.pass(ctx)
 			reconcile.Reset(a.opts.Reconcile)
-			if !recheckArmed {
-				recheckArmed = true
-				ackRecheck.Reset(ackRecheckEvery)
-			}
 		case <-ackRecheck.C:
 			recheckArmed = false
 			fetchNotice()
-			if a.acks.holding() {
-				recheckArmed = true
-				ackRecheck.Reset(ackRecheckEvery)
-			}
 		case <-a.prober.Changes():
 			// An instance turned ready or unready, or failed its liveness
 			// check: report it (traffic follows), restart it.
@@ -601,6 +594,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.rec.CollectImages(nil)
 		case req := <-a.requests:
 			req.handle(ctx, a)
+		}
+		if !recheckArmed && a.acks.holding() {
+			// A report came over the ring (news or not: an answer to a
+			// repeated ask renews it): look again while it counts.
+			recheckArmed = true
+			ackRecheck.Reset(ackRecheckEvery)
 		}
 	}
 }
