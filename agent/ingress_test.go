@@ -516,7 +516,23 @@ func (c *ingCluster) certPushes() int {
 // counts the pushes to the certificate ref over d.
 func (c *ingCluster) steadyPushes(d time.Duration) int {
 	c.t.Helper()
-	time.Sleep(time.Second) // the pushes of the order itself land
+	// The pushes of the order itself land: the certificate's on the ref,
+	// then a second with nothing after it (a busy machine took more than
+	// a second between serving the certificate and pushing it).
+	waitFor(c.t, "the certificate pushed", func() bool {
+		_, err := exec.Command("git", "-C", c.bare, "show", "refs/keel/certs/"+ingHost+":"+certshare.MetaFile).Output()
+		return err == nil
+	})
+	// At most 10 s: a node that pushes at every pass (the bug the callers
+	// look for) never goes a second without one.
+	for last, deadline := c.certPushes(), time.Now().Add(10*time.Second); time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		n := c.certPushes()
+		if n == last {
+			break
+		}
+		last = n
+	}
 	before := c.certPushes()
 	time.Sleep(d)
 	return c.certPushes() - before
@@ -677,14 +693,23 @@ func (c *ingCluster) challengeAnswered(n ingNode, token string) bool {
 }
 
 // readCert reads the shared certificate of host from the bare repository.
+// The ref may be between two pushes of its owner (an order's challenges,
+// then the certificate) when the nodes already serve one: it is read again
+// for up to 30 s until it holds the whole certificate.
 func (c *ingCluster) readCert(host string) certshare.Sealed {
 	c.t.Helper()
 	show := func(file string) []byte {
-		out, err := exec.Command("git", "-C", c.bare, "show", "refs/keel/certs/"+host+":"+file).Output()
-		if err != nil {
-			c.t.Fatalf("git show %s: %v", file, err)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			out, err := exec.Command("git", "-C", c.bare, "show", "refs/keel/certs/"+host+":"+file).Output()
+			if err == nil {
+				return out
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("git show %s: %v", file, err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		return out
 	}
 	m, err := certshare.ParseMeta(show(certshare.MetaFile))
 	if err != nil {

@@ -302,7 +302,9 @@ func (h *harness) seed(ctx context.Context, dir, url string) error {
 	errs := make(chan error, len(h.nodes))
 	for _, n := range h.nodes {
 		wg.Go(func() {
-			if err := h.do(ctx, "publish", func(ctx context.Context) error {
+			// Not measured, and a thousand at once: each gets seedTimeout,
+			// not the three intervals of a measured operation.
+			if err := h.doWithin(ctx, "publish", max(seedTimeout, 3*h.cfg.interval), func(ctx context.Context) error {
 				_, err := n.pub.Publish(ctx, n.name, makeReport(n.name, 0, time.Now()), time.Now())
 				return err
 			}); err != nil {
@@ -392,8 +394,18 @@ func makeReport(name string, version int, when time.Time) []byte {
 	return r.Marshal()
 }
 
-// do runs one git operation under the in-flight bound and records it.
+// seedTimeout bounds each seeding push (seed): on a busy machine a smoke
+// run's 3 s (three of its 1 s intervals) was not always enough.
+const seedTimeout = time.Minute
+
+// do runs one git operation under the in-flight bound and records it; it
+// gives up after three report intervals.
 func (h *harness) do(ctx context.Context, kind string, f func(context.Context) error) error {
+	return h.doWithin(ctx, kind, 3*h.cfg.interval, f)
+}
+
+// doWithin is do, giving up after bound.
+func (h *harness) doWithin(ctx context.Context, kind string, bound time.Duration, f func(context.Context) error) error {
 	t0 := time.Now()
 	select {
 	case h.sem <- struct{}{}:
@@ -401,7 +413,7 @@ func (h *harness) do(ctx context.Context, kind string, f func(context.Context) e
 		return ctx.Err()
 	}
 	t1 := time.Now()
-	opCtx, cancel := context.WithTimeout(ctx, 3*h.cfg.interval)
+	opCtx, cancel := context.WithTimeout(ctx, bound)
 	err := f(opCtx)
 	cancel()
 	<-h.sem
