@@ -94,11 +94,12 @@ FORCE:
 # The timeout leaves room for a busy machine: the end-to-end tests stretch
 # their deadlines by the CPU contention they measure (the e2e package takes
 # about 25 minutes on a 2-core machine; a package that hits the timeout is
-# killed without its cleanups, leaving its agents running). The e2e package
-# is listed first so that it starts first: it is the longest, and go test
-# runs the packages in the order given, two at a time on two cores.
+# killed without its cleanups, leaving its agents running). Listing the e2e
+# package first (go test runs the packages in the order given) cut the run
+# from 33 to 24 minutes, but agent's ingress tests and bench/scale's smoke
+# run, then beside the e2e agents, fail on timing: not yet.
 test:
-	$(GO) test -race -count=1 -timeout 45m ./e2e $$($(GO) list ./... | grep -v '/e2e$$')
+	$(GO) test -race -count=1 -timeout 45m ./...
 	$(MAKE) --no-print-directory fuzz
 
 fuzz:
