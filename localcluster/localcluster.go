@@ -340,7 +340,7 @@ func (c *Cluster) Start(node string, env ...string) error {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = agentProcAttr()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return err

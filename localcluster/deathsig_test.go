@@ -1,0 +1,82 @@
+//go:build linux
+
+package localcluster
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// helperEnv makes the test binary, run again, start one agent and wait to
+// be killed (TestAgentDiesWithItsStarter).
+const helperEnv = "KEEL_LOCALCLUSTER_STARTER"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(helperEnv); dir != "" {
+		c := &Cluster{Options: Options{Dir: dir, Keel: filepath.Join(dir, "keel"), Poll: time.Second}, Bare: dir, agents: map[string]*agentProc{}}
+		if err := c.Start("n1"); err != nil {
+			os.Stderr.WriteString(err.Error())
+			os.Exit(2)
+		}
+		select {}
+	}
+	os.Exit(m.Run())
+}
+
+// TestAgentDiesWithItsStarter: a process that started an agent and is
+// killed outright (as go test kills a test binary at its timeout) takes the
+// agent with it, rather than leave it running unowned.
+func TestAgentDiesWithItsStarter(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "agent.pid")
+	// A stand-in for keel: it records its pid and waits, as an agent does.
+	script := "#!/bin/sh\necho $$ > " + pidFile + ".tmp && mv " + pidFile + ".tmp " + pidFile + "\nexec sleep 1000\n"
+	if err := os.WriteFile(filepath.Join(dir, "keel"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	starter := exec.Command(self, "-test.run=^$")
+	starter.Env = append(os.Environ(), helperEnv+"="+dir)
+	starter.Stderr = os.Stderr
+	if err := starter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { starter.Process.Kill(); starter.Wait() })
+
+	var pid int
+	for deadline := time.Now().Add(time.Minute); pid == 0; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
+				t.Fatal(err)
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatal("the agent did not start within a minute")
+		}
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if err := starter.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	starter.Wait()
+	// The agent was the starter's child: it is reparented, then signalled.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+			return
+		}
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil && strings.Contains(string(b), ") Z ") {
+			return // dead, waiting for its new parent to reap it
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent (pid %d) still runs a minute after its starter was killed", pid)
+		}
+	}
+}
