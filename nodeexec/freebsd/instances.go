@@ -147,7 +147,10 @@ func (d *Driver) identify(name string, l []psEntry) (nodeexec.Process, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c := d.children[name]; c != nil {
-		if c.exited() {
+		// The jail outlived the first process only if another process
+		// lives in it: ps may have listed the first one just before it
+		// ended and was reaped.
+		if c.exited() && slices.ContainsFunc(l, func(e psEntry) bool { return e.PID != c.proc.PID }) {
 			c.detached = true
 		}
 		return c.proc, true
