@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/internal/loadgen"
 	"github.com/keel-dev/keel/localcluster"
 )
 
@@ -198,7 +199,7 @@ const clockTicks = 100
 // BenchmarkRolloutUnderLoad measures what clients see of a rolling update:
 // a steady 200 requests/s through the web Service's VIP (twelve
 // keep-alive clients and four that open a connection per request: see
-// loadgen_test.go) while each push changes the Service's env, so that its
+// internal/loadgen) while each push changes the Service's env, so that its
 // three replicas restart one after the other. It reports the requests
 // that failed during all the rollouts, and the p99 latency of the
 // requests sent during them against that of a steady window before the
@@ -212,9 +213,9 @@ func BenchmarkRolloutUnderLoad(b *testing.B) {
 	c.converge("first commit")
 	c.waitEndpoints("web", webPort)
 	target := net.JoinHostPort(c.model().Service("web").VIP.Addr.String(), itoa(webPort))
-	l := startLoad(loadOptions{Target: target, Rate: 200, KeepAlive: 12, Fresh: 4})
+	l := startLoad(b, loadgen.Options{URL: "http://" + target + "/", Rate: 200, KeepAlive: 12, Fresh: 4})
 	time.Sleep(5 * time.Second) // the steady state
-	l.mark("steady")
+	l.Mark("steady")
 	n := 0
 	for b.Loop() {
 		n++
@@ -223,8 +224,8 @@ func BenchmarkRolloutUnderLoad(b *testing.B) {
 		c.converge(fmt.Sprintf("push %d", n))
 		c.waitEndpoints("web", webPort)
 	}
-	res := l.stop()
-	steady, during := res.before("steady"), res.after("steady")
+	res := l.Stop()
+	steady, during := res.Before("steady"), res.After("steady")
 	b.ReportMetric(float64(during.Failed), "failed")
 	b.ReportMetric(float64(during.Sent), "requests")
 	b.ReportMetric(ms(steady.P99), "steady-p99-ms")

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/internal/loadgen"
 	"github.com/keel-dev/keel/localcluster"
 	"github.com/keel-dev/keel/planner"
 	"github.com/keel-dev/keel/report"
@@ -71,9 +72,21 @@ spec:
 // from twelve keep-alive clients and four that open a connection per
 // request (12.5 requests/s each, so that a slow answer now and then does
 // not lower the rate), plus two keep-alive clients whose every request is
-// in flight for a second (see loadgen_test.go).
-func zeroLoad(target string) loadOptions {
-	return loadOptions{Target: target, Rate: 200, KeepAlive: 12, Fresh: 4, Slow: 2, SlowDelay: time.Second}
+// in flight for a second (see internal/loadgen).
+func zeroLoad(target string) loadgen.Options {
+	return loadgen.Options{URL: "http://" + target + "/", Rate: 200, KeepAlive: 12, Fresh: 4, Slow: 2, SlowDelay: time.Second}
+}
+
+// startLoad starts a load whose requests may take 10 s, stretched by the
+// machine's measured slowdown.
+func startLoad(tb testing.TB, opts loadgen.Options) *loadgen.Load {
+	tb.Helper()
+	opts.Timeout = scaled(10 * time.Second)
+	l, err := loadgen.Start(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
 }
 
 // TestZeroDowntime runs, on three agents and one after the other, the
@@ -168,7 +181,7 @@ func TestZeroDowntime(t *testing.T) {
 				atNew, ok, why = z.paused(old, newHash, 1)
 				return ok, why
 			})
-			z.load.mark("every agent has paused the rollout")
+			z.load.Mark("every agent has paused the rollout")
 			// It stays paused: no other replica is released while the
 			// agents fetch and plan a few times more.
 			deadline := time.Now().Add(3 * poll)
@@ -180,7 +193,7 @@ func TestZeroDowntime(t *testing.T) {
 				time.Sleep(200 * time.Millisecond) // a sampling period
 			}
 			z.checkPlanWarns()
-			z.load.mark("git revert")
+			z.load.Mark("git revert")
 			z.revert(good)
 			z.settle()
 			z.c.waitFor("every agent's keel_rollout_paused{service=\"web\"} is 0", func() (bool, string) {
@@ -188,12 +201,12 @@ func TestZeroDowntime(t *testing.T) {
 			})
 		})
 		z.noFailures(res)
-		if n := res.stats(nil).Greetings["broken"]; n > 0 {
+		if n := res.Stats(nil).Greetings["broken"]; n > 0 {
 			t.Errorf("the replica that never became ready answered %d requests", n)
 		}
 		// While paused, the replicas at the old spec served, and only they.
-		from, to := res.markAt("every agent has paused the rollout"), res.markAt("git revert")
-		paused := res.stats(func(s sample) bool { return s.At >= from && s.At < to })
+		from, to := res.MarkAt("every agent has paused the rollout"), res.MarkAt("git revert")
+		paused := res.Stats(func(s loadgen.Sample) bool { return s.At >= from && s.At < to })
 		for name := range old {
 			if n := paused.Replicas[name]; slices.Contains(atNew, name) && n > 0 {
 				t.Errorf("while paused, %s, at the new spec and never ready, answered %d requests", name, n)
@@ -232,7 +245,7 @@ type zeroDowntime struct {
 	t       *testing.T
 	target  string
 	current web
-	load    *load // while a scenario runs under load
+	load    *loadgen.Load // while a scenario runs under load
 }
 
 // with is z for subtest t (whose Fatal must be called from its own
@@ -251,7 +264,7 @@ func (z *zeroDowntime) push(msg string, w web) {
 	z.c.commit(msg, map[string]string{"apps/web.yaml": w.yaml()})
 	z.current = w
 	if z.load != nil {
-		z.load.mark("pushed: " + msg)
+		z.load.Mark("pushed: " + msg)
 	}
 }
 
@@ -276,33 +289,33 @@ func (z *zeroDowntime) settle() {
 	z.c.converge(fmt.Sprintf("web at %.10s", z.c.tip()))
 	z.c.waitEndpoints("web", webPort)
 	if z.load != nil {
-		z.load.mark("converged, every proxy follows")
+		z.load.Mark("converged, every proxy follows")
 	}
 }
 
 // underLoad runs fn with the load running, after a steady stretch of it
 // to compare with, and returns what the load saw.
-func (z *zeroDowntime) underLoad(what string, fn func()) loadResult {
+func (z *zeroDowntime) underLoad(what string, fn func()) loadgen.Result {
 	z.t.Helper()
 	drains, timeouts := z.logCount("draining instance"), z.logCount("drain timed out")
-	l := startLoad(zeroLoad(z.target))
+	l := startLoad(z.t, zeroLoad(z.target))
 	z.load = l
 	defer func() {
 		z.load = nil
-		l.stop()
+		l.Stop()
 	}()
 	// A steady stretch: 400 answers at 200/s.
 	z.c.waitFor("the load runs", func() (bool, string) {
-		st := l.sofar()
+		st := l.SoFar()
 		return st.Sent >= 400, fmt.Sprintf("%d requests so far, %d failed", st.Sent, st.Failed)
 	})
-	l.mark("steady state until here")
+	l.Mark("steady state until here")
 	fn()
-	res := l.stop()
-	steady := res.before("steady state until here")
-	during := res.after("steady state until here")
+	res := l.Stop()
+	steady := res.Before("steady state until here")
+	during := res.After("steady state until here")
 	z.t.Logf("%s: %s\n  paced requests, steady: %d, %d failed, p99 %s; during the change: %d, %d failed, p50 %s, p99 %s",
-		what, res.summary(), steady.Sent, steady.Failed, steady.P99.Round(10*time.Microsecond),
+		what, res.Summary(), steady.Sent, steady.Failed, steady.P99.Round(10*time.Microsecond),
 		during.Sent, during.Failed, during.P50.Round(10*time.Microsecond), during.P99.Round(10*time.Microsecond))
 	z.t.Logf("%s: the agents logged %d drains, %d of them timed out", what,
 		z.logCount("draining instance")-drains, z.logCount("drain timed out")-timeouts)
@@ -322,9 +335,9 @@ func (z *zeroDowntime) logCount(s string) int {
 }
 
 // noFailures fails the test unless every request of res succeeded.
-func (z *zeroDowntime) noFailures(res loadResult) {
+func (z *zeroDowntime) noFailures(res loadgen.Result) {
 	z.t.Helper()
-	if st := res.stats(nil); st.Failed > 0 {
+	if st := res.Stats(nil); st.Failed > 0 {
 		z.t.Errorf("%d of %d requests failed; the first:\n  %s", st.Failed, st.Sent, strings.Join(st.Errors, "\n  "))
 	}
 }

@@ -1,23 +1,8 @@
-//go:build linux
-
-package e2e
-
-import (
-	"context"
-	"fmt"
-	"io"
-	"maps"
-	"net/http"
-	"regexp"
-	"slices"
-	"strings"
-	gosync "sync"
-	"time"
-)
-
-// A load generator for the zero-downtime tests: clients that send GETs to
-// a Service's VIP at a steady rate, as real clients do, and record every
-// request: when, how long, and how it ended.
+// Package loadgen is a load generator for a Service that runs keel's demo
+// web application (demo-web): clients that send GETs to its VIP at a
+// steady rate, as real clients do, and record every request: when, how
+// long, and how it ended. The zero-downtime tests and benchmarks run it,
+// and so does `keel demo-load`, the demo's load loop.
 //
 // Three kinds of client run side by side:
 //
@@ -43,20 +28,36 @@ import (
 //
 // A request fails when the transport returns an error, the status is not
 // 200, or the body is not demo-web's greeting line.
+package loadgen
 
-// loadOptions describe a load.
-type loadOptions struct {
-	Target    string        // host:port, the VIP
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	gosync "sync"
+	"time"
+)
+
+// Options describe a load.
+type Options struct {
+	URL       string        // what every request asks for: http://VIP:port/ (a slow client's adds ?delay=)
 	Rate      float64       // requests per second of the keepAlive and fresh clients together
 	KeepAlive int           // clients on one kept-alive connection each
 	Fresh     int           // clients with a new connection per request
 	Slow      int           // keepAlive clients whose requests take SlowDelay (outside Rate)
 	SlowDelay time.Duration // the server-side delay of a slow client's request
-	Timeout   time.Duration // per request; a request that takes longer fails
+	Timeout   time.Duration // per request (default 10 s); a request that takes longer fails
 }
 
-// sample is one request.
-type sample struct {
+// Sample is one request.
+type Sample struct {
 	At       time.Duration // since the load started
 	Latency  time.Duration
 	Kind     string // keepAlive, fresh, slow
@@ -66,39 +67,50 @@ type sample struct {
 	Replica  string // the instance that answered, on success
 }
 
-// load is a running load generator; stop ends it.
-type load struct {
-	opts   loadOptions
+// Load is a running load generator; Stop ends it.
+type Load struct {
+	opts   Options
 	start  time.Time
 	stopCh chan struct{}
 	wg     gosync.WaitGroup
 	once   gosync.Once
 
 	mu      gosync.Mutex
-	samples []sample
-	marks   []mark
+	samples []Sample
+	marks   []Mark
 }
 
-// mark names a moment of the load (a commit, say), for the report.
-type mark struct {
+// Mark names a moment of the load (a commit, say), for the report.
+type Mark struct {
 	At   time.Duration
 	What string
 }
 
-// startLoad starts the clients. The caller must call stop, which waits for
+// Start starts the clients. The caller must call Stop, which waits for
 // every client (each ends its request in flight, bounded by Timeout).
-func startLoad(opts loadOptions) *load {
+func Start(opts Options) (*Load, error) {
 	if opts.Timeout == 0 {
-		opts.Timeout = scaled(10 * time.Second)
+		opts.Timeout = 10 * time.Second
 	}
-	l := &load{opts: opts, start: time.Now(), stopCh: make(chan struct{})}
+	u, err := url.Parse(opts.URL)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("load: %q is not an http:// URL", opts.URL)
+	}
+	if opts.Rate < 0 || opts.KeepAlive < 0 || opts.Fresh < 0 || opts.Slow < 0 || opts.KeepAlive+opts.Fresh+opts.Slow == 0 {
+		return nil, errors.New("load: no clients, or a negative rate or count")
+	}
+	q := u.Query()
+	q.Set("delay", opts.SlowDelay.String())
+	slow := *u
+	slow.RawQuery = q.Encode()
+	l := &Load{opts: opts, start: time.Now(), stopCh: make(chan struct{})}
 	paced := opts.KeepAlive + opts.Fresh
 	interval := time.Duration(0)
 	if paced > 0 && opts.Rate > 0 {
 		interval = time.Duration(float64(paced) / opts.Rate * float64(time.Second))
 	}
 	id := 0
-	add := func(n int, kind string, keepAlive bool, path string, every time.Duration) {
+	add := func(n int, kind string, keepAlive bool, target string, every time.Duration) {
 		for range n {
 			client := &http.Client{
 				Timeout: opts.Timeout,
@@ -118,19 +130,19 @@ func startLoad(opts loadOptions) *load {
 			id++
 			l.wg.Go(func() {
 				defer client.CloseIdleConnections()
-				l.run(client, c, kind, path, offset, every)
+				l.run(client, c, kind, target, offset, every)
 			})
 		}
 	}
-	add(opts.KeepAlive, "keepAlive", true, "/", interval)
-	add(opts.Fresh, "fresh", false, "/", interval)
-	add(opts.Slow, "slow", true, "/?delay="+opts.SlowDelay.String(), 0)
-	return l
+	add(opts.KeepAlive, "keepAlive", true, opts.URL, interval)
+	add(opts.Fresh, "fresh", false, opts.URL, interval)
+	add(opts.Slow, "slow", true, slow.String(), 0)
+	return l, nil
 }
 
 // run is one client's loop: a request every `every` (back to back when 0),
 // never catching up on requests a slow answer delayed.
-func (l *load) run(client *http.Client, id int, kind, path string, offset, every time.Duration) {
+func (l *Load) run(client *http.Client, id int, kind, target string, offset, every time.Duration) {
 	next := l.start.Add(offset)
 	for {
 		if wait := time.Until(next); wait > 0 {
@@ -148,7 +160,7 @@ func (l *load) run(client *http.Client, id int, kind, path string, offset, every
 			default:
 			}
 		}
-		s := l.get(client, path)
+		s := l.get(client, target)
 		s.Kind, s.Client = kind, id
 		l.mu.Lock()
 		l.samples = append(l.samples, s)
@@ -163,13 +175,13 @@ func (l *load) run(client *http.Client, id int, kind, path string, offset, every
 // greetingLine is demo-web's answer.
 var greetingLine = regexp.MustCompile(`^(\S+) from (\S+) on node (\S+) \(request \d+\)\n$`)
 
-// get sends one request. It is not cancelled by stop: a request in flight
+// get sends one request. It is not cancelled by Stop: a request in flight
 // ends by itself, within Timeout.
-func (l *load) get(client *http.Client, path string) sample {
+func (l *Load) get(client *http.Client, target string) Sample {
 	begin := time.Now()
-	s := sample{At: begin.Sub(l.start)}
+	s := Sample{At: begin.Sub(l.start)}
 	err := func() error {
-		req, err := http.NewRequestWithContext(context.Background(), "GET", "http://"+l.opts.Target+path, nil)
+		req, err := http.NewRequestWithContext(context.Background(), "GET", target, nil)
 		if err != nil {
 			return err
 		}
@@ -199,33 +211,33 @@ func (l *load) get(client *http.Client, path string) sample {
 	return s
 }
 
-// mark records a moment of the load.
-func (l *load) mark(what string) {
+// Mark records a moment of the load.
+func (l *Load) Mark(what string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.marks = append(l.marks, mark{At: time.Since(l.start), What: what})
+	l.marks = append(l.marks, Mark{At: time.Since(l.start), What: what})
 }
 
-// stop stops the clients, waits for them, and returns what they saw. It
+// Stop stops the clients, waits for them, and returns what they saw. It
 // may be called more than once.
-func (l *load) stop() loadResult {
+func (l *Load) Stop() Result {
 	l.once.Do(func() { close(l.stopCh) })
 	l.wg.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return loadResult{Samples: slices.Clone(l.samples), Marks: slices.Clone(l.marks), Start: l.start, Duration: time.Since(l.start)}
+	return Result{Samples: slices.Clone(l.samples), Marks: slices.Clone(l.marks), Start: l.start, Duration: time.Since(l.start)}
 }
 
-// loadResult is every request of a load.
-type loadResult struct {
-	Samples  []sample
-	Marks    []mark
+// Result is every request of a load.
+type Result struct {
+	Samples  []Sample
+	Marks    []Mark
 	Start    time.Time // the wall clock, to compare with the agents' logs
 	Duration time.Duration
 }
 
-// loadStats sum up some of a load's requests.
-type loadStats struct {
+// Stats sum up some of a load's requests.
+type Stats struct {
 	Sent, Failed int
 	P50, P99     time.Duration
 	Errors       []string       // the first few failures, with when and which client
@@ -233,10 +245,10 @@ type loadStats struct {
 	Replicas     map[string]int // answers by replica
 }
 
-// stats sums up the requests (every one when filter is nil). The
+// Stats sums up the requests (every one when filter is nil). The
 // latencies are those of the successful requests.
-func (r loadResult) stats(filter func(sample) bool) loadStats {
-	st := loadStats{Greetings: map[string]int{}, Replicas: map[string]int{}}
+func (r Result) Stats(filter func(Sample) bool) Stats {
+	st := Stats{Greetings: map[string]int{}, Replicas: map[string]int{}}
 	var lat []time.Duration
 	for _, s := range r.Samples {
 		if filter != nil && !filter(s) {
@@ -268,16 +280,16 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// summary is a report of the load for the test's log: totals, by kind of
+// Summary is a report of the load for the test's log: totals, by kind of
 // client, the marks, and the first failures.
-func (r loadResult) summary() string {
+func (r Result) Summary() string {
 	var b strings.Builder
-	all, paced := r.stats(nil), r.stats(isPaced)
+	all, paced := r.Stats(nil), r.Stats(IsPaced)
 	fmt.Fprintf(&b, "from %s: %d requests in %s (%.0f/s), %d failed, paced requests' p50 %s, p99 %s; answers by greeting %v, by replica %v",
 		r.Start.Format("15:04:05.000"), all.Sent, r.Duration.Round(time.Millisecond), float64(all.Sent)/r.Duration.Seconds(), all.Failed,
 		paced.P50.Round(10*time.Microsecond), paced.P99.Round(10*time.Microsecond), all.Greetings, sortedCounts(all.Replicas))
 	for _, kind := range []string{"keepAlive", "fresh", "slow"} {
-		k := r.stats(func(s sample) bool { return s.Kind == kind })
+		k := r.Stats(func(s Sample) bool { return s.Kind == kind })
 		if k.Sent > 0 {
 			fmt.Fprintf(&b, "\n  %s clients: %d requests, %d failed, p50 %s, p99 %s", kind, k.Sent, k.Failed, k.P50.Round(10*time.Microsecond), k.P99.Round(10*time.Microsecond))
 		}
@@ -299,16 +311,16 @@ func sortedCounts(m map[string]int) string {
 	return strings.Join(parts, " ")
 }
 
-// sofar sums up the requests sent until now, while the load runs.
-func (l *load) sofar() loadStats {
+// SoFar sums up the requests sent until now, while the load runs.
+func (l *Load) SoFar() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return loadResult{Samples: l.samples}.stats(nil)
+	return Result{Samples: l.samples}.Stats(nil)
 }
 
-// markAt is when the mark named what was made (the end of the load when
+// MarkAt is when the mark named what was made (the end of the load when
 // there is none).
-func (r loadResult) markAt(what string) time.Duration {
+func (r Result) MarkAt(what string) time.Duration {
 	for _, m := range r.Marks {
 		if m.What == what {
 			return m.At
@@ -317,18 +329,18 @@ func (r loadResult) markAt(what string) time.Duration {
 	return r.Duration
 }
 
-// isPaced: the requests of the clients at a steady rate, whose latency
+// IsPaced: the requests of the clients at a steady rate, whose latency
 // is the service's (a slow client's is the delay it asked for).
-func isPaced(s sample) bool { return s.Kind != "slow" }
+func IsPaced(s Sample) bool { return s.Kind != "slow" }
 
-// before sums up the paced requests sent before the mark named what.
-func (r loadResult) before(what string) loadStats {
-	at := r.markAt(what)
-	return r.stats(func(s sample) bool { return isPaced(s) && s.At < at })
+// Before sums up the paced requests sent before the mark named what.
+func (r Result) Before(what string) Stats {
+	at := r.MarkAt(what)
+	return r.Stats(func(s Sample) bool { return IsPaced(s) && s.At < at })
 }
 
-// after sums up the paced requests sent from the mark named what on.
-func (r loadResult) after(what string) loadStats {
-	at := r.markAt(what)
-	return r.stats(func(s sample) bool { return isPaced(s) && s.At >= at })
+// After sums up the paced requests sent from the mark named what on.
+func (r Result) After(what string) Stats {
+	at := r.MarkAt(what)
+	return r.Stats(func(s Sample) bool { return IsPaced(s) && s.At >= at })
 }
