@@ -142,29 +142,26 @@ func TestFreeBSDCluster(t *testing.T) {
 // stateless replica; moving are its stateless instances, held its stateful
 // ones.
 func pickLost(nodes []string, placed map[string]string, stateful func(string) bool) (lost string, moving, held []string) {
-	split := func(node string) (moving, held []string) {
-		for name, on := range placed {
-			switch {
-			case on != node:
-			case stateful(name):
-				held = append(held, name)
-			default:
-				moving = append(moving, name)
+	for _, needHeld := range []bool{true, false} {
+		for _, n := range nodes {
+			moving, held = nil, nil
+			for name, on := range placed {
+				switch {
+				case on != n:
+				case stateful(name):
+					held = append(held, name)
+				default:
+					moving = append(moving, name)
+				}
 			}
-		}
-		slices.Sort(moving)
-		slices.Sort(held)
-		return moving, held
-	}
-	for _, n := range nodes {
-		if mv, hd := split(n); len(mv) > 0 && (len(hd) > 0 || len(moving) == 0) {
-			lost, moving, held = n, mv, hd
-			if len(hd) > 0 {
-				break
+			if len(moving) > 0 && (len(held) > 0 || !needHeld) {
+				slices.Sort(moving)
+				slices.Sort(held)
+				return n, moving, held
 			}
 		}
 	}
-	return lost, moving, held
+	return "", nil, nil
 }
 
 // TestFreeBSDCrashPoints kills an agent on the freebsd driver at each
