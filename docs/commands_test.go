@@ -49,6 +49,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/proctest"
 )
 
 // block is one fenced block of a Markdown file.
@@ -680,19 +682,7 @@ func waitServing(addr string, d time.Duration) error {
 }
 
 // waitGone waits until pid no longer exists (or is a zombie).
-func waitGone(pid int, d time.Duration) bool {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return true
-		}
-		// The state follows the parenthesised command name.
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
-			return true
-		}
-	}
-	return false
-}
+func waitGone(pid int, d time.Duration) bool { return proctest.WaitGone(pid, d) }
 
 // syncBuffer is a bytes.Buffer that a process writes while the test reads.
 type syncBuffer struct {

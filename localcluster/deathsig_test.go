@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/proctest"
 )
 
 // helperEnv makes the test binary, run again, start one agent and wait to
@@ -68,15 +70,7 @@ func TestAgentDiesWithItsStarter(t *testing.T) {
 	}
 	starter.Wait()
 	// The agent was the starter's child: it is reparented, then signalled.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
-			return
-		}
-		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil && strings.Contains(string(b), ") Z ") {
-			return // dead, waiting for its new parent to reap it
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent (pid %d) still runs a minute after its starter was killed", pid)
-		}
+	if !proctest.WaitGone(pid, time.Minute) {
+		t.Fatalf("the agent (pid %d) still runs a minute after its starter was killed", pid)
 	}
 }

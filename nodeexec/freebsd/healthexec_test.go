@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-dev/keel/internal/proctest"
 	"github.com/keel-dev/keel/nodeexec"
 	"github.com/keel-dev/keel/nodeexec/freebsd"
 	"github.com/keel-dev/keel/nodeexec/freebsd/fbsdsim"
@@ -282,12 +283,5 @@ func readPidFile(t *testing.T, file string) int {
 // waitGone waits until pid is gone or a zombie.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	eventually(t, func() bool {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return true
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		return i > 0 && len(b) > i+2 && b[i+2] == 'Z'
-	})
+	eventually(t, func() bool { return proctest.Gone(pid) })
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keel-dev/keel/internal/proctest"
 )
 
 func sh(script string) *exec.Cmd { return exec.Command("/bin/sh", "-c", script) }
@@ -135,19 +137,8 @@ func readPid(t *testing.T, file string) int {
 // when it likes).
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return
-		}
-		if i := bytes.LastIndexByte(b, ')'); i > 0 && len(b) > i+2 && b[i+2] == 'Z' {
-			return
-		}
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("process %d still runs: %s", pid, b)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !proctest.WaitGone(pid, 10*time.Second) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("process %d still runs 10 s later", pid)
 	}
 }
