@@ -93,12 +93,12 @@ FORCE:
 ## a short run of each fuzz target.
 # The timeout leaves room for a busy machine: the end-to-end tests stretch
 # their deadlines by the CPU contention they measure (the e2e package takes
-# about 25 minutes on a 2-core machine; a package that hits the timeout is
-# killed without its cleanups: its agents get SIGTERM from the kernel as
-# their parent dies, their instances stay). Listing the e2e
-# package first (go test runs the packages in the order given) cut the run
-# from 33 to 24 minutes, but agent's ingress tests and bench/scale's smoke
-# run, then beside the e2e agents, fail on timing: not yet.
+# 17 to 22 minutes beside the others on a 2-core machine; a package that
+# hits the timeout is killed without its cleanups: its agents get SIGTERM
+# from the kernel as their parent dies, their instances stay). Listing the
+# e2e package first (go test runs the packages in the order given) saved
+# about 9 minutes in two runs, but agent's ingress tests and bench/scale's
+# smoke run, then beside the e2e agents, failed on timing: not yet.
 test:
 	$(GO) test -race -count=1 -timeout 45m ./...
 	$(MAKE) --no-print-directory fuzz
