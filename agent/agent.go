@@ -909,13 +909,17 @@ func (a *Agent) pass(ctx context.Context) {
 	a.noteRing(plan, ring)
 	a.metrics.Plan.Reset()
 	a.metrics.Plan.WithLabelValues(plan.PlanID).Set(1)
-	alive := 0
+	alive, settling := 0, 0
 	for _, n := range plan.Nodes {
 		if n.Alive {
 			alive++
 		}
+		if n.Settling {
+			settling++
+		}
 	}
 	a.metrics.NodesAlive.Set(float64(alive))
+	a.metrics.NodesSettling.Set(float64(settling))
 	a.updatePlanMetrics(m, plan)
 
 	if m.Cluster.Suspend {

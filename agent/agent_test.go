@@ -134,7 +134,10 @@ keel_instances{state="stopped"} 0
 # HELP keel_nodes_alive Nodes alive in this node's plan.
 # TYPE keel_nodes_alive gauge
 keel_nodes_alive 1
-`), "keel_commit_info", "keel_instances", "keel_nodes_alive") == nil
+# HELP keel_nodes_settling Nodes alive but settling in this node's plan: they take no instance from another node yet.
+# TYPE keel_nodes_settling gauge
+keel_nodes_settling 1
+`), "keel_commit_info", "keel_instances", "keel_nodes_alive", "keel_nodes_settling") == nil
 	})
 	if n, err := testutil.GatherAndCount(reg, "keel_plan_info", "keel_instance_info", "keel_sync_duration_seconds", "keel_reconcile_duration_seconds"); err != nil || n < 5 {
 		t.Errorf("gathered %d series: %v", n, err)

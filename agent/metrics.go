@@ -25,6 +25,7 @@ type Metrics struct {
 	InstanceInfo       *prometheus.GaugeVec
 	InstanceRestarts   *prometheus.CounterVec
 	NodesAlive         prometheus.Gauge
+	NodesSettling      prometheus.Gauge
 	ReportPushErrors   prometheus.Counter
 	ReportPushes       prometheus.Counter
 	Plan               *prometheus.GaugeVec
@@ -101,6 +102,9 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		NodesAlive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "keel_nodes_alive", Help: "Nodes alive in this node's plan.",
 		}),
+		NodesSettling: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keel_nodes_settling", Help: "Nodes alive but settling in this node's plan: they take no instance from another node yet.",
+		}),
 		ReportPushErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "keel_report_push_errors_total", Help: "Failed pushes of this node's report.",
 		}),
@@ -135,7 +139,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	}
 	reg.MustRegister(m.NodeInfo, m.SyncDuration, m.SyncErrors, m.SyncLastSuccess, m.Commit, m.CommitRefused,
 		m.ReconcileDuration, m.ReconcileErrors, m.InstancesWaiting, m.InstanceOperations, m.Instances, m.InstanceInfo, m.InstanceRestarts,
-		m.NodesAlive, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems, m.Unschedulable, m.ServiceReplicas, m.ServiceEndpoints, m.RolloutPaused, m.InstancesDraining, m.GossipMembers, m.DrainAcks,
+		m.NodesAlive, m.NodesSettling, m.ReportPushErrors, m.ReportPushes, m.Plan, m.NodeProblems, m.Unschedulable, m.ServiceReplicas, m.ServiceEndpoints, m.RolloutPaused, m.InstancesDraining, m.GossipMembers, m.DrainAcks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{"fetch", "read", "publish"} {
 		m.SyncErrors.WithLabelValues(r)

@@ -39,7 +39,6 @@ func TestGossipCutOffNodeStaysAlive(t *testing.T) {
 		Gossip: true, LivenessTTL: cutTTL, ReportInterval: cutInterval, Poll: 2 * time.Second,
 		Files: map[string]string{"jails/anchor.yaml": jail("anchor", "n1", 9900, false)},
 	})
-	started := time.Now()
 	c.converge("first commit")
 	c.waitAllAlive()
 	c.commit("web and db", map[string]string{
@@ -58,7 +57,7 @@ func TestGossipCutOffNodeStaysAlive(t *testing.T) {
 	// The others settle (planner.SettlePeriod, 30 s with a ring) before
 	// they may take an instance from another node: the test must give
 	// them the chance to take db-0 wrongly.
-	time.Sleep(time.Until(started.Add(planner.SettlePeriod(m) + time.Second))) // nothing to poll for
+	c.waitSettled()
 
 	// No other node may ever start db-0: its volume is on the cut node.
 	stop := make(chan struct{})

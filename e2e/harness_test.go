@@ -651,6 +651,34 @@ func (c *cluster) waitAllAlive() {
 	})
 }
 
+// waitSettled waits until every running agent's plan holds every running
+// node alive and none settling (planner.SettlePeriod): from then on each
+// of them may take another node's instances. Each plan judges by the
+// reports of its last fetch, so a fixed sleep of the settle period is not
+// enough: a plan may hold a node settling for up to a safety poll longer,
+// and two plans that disagree on it place a moved replica on two nodes.
+// The metric is the last plan's: the agents must fetch now and then (a
+// short --poll), or a quiet cluster keeps it as it was.
+func (c *cluster) waitSettled() {
+	c.t.Helper()
+	c.waitAllAlive()
+	c.waitFor("no agent sees a node settling", func() (bool, string) {
+		for _, n := range c.Nodes {
+			if !c.Running(n) {
+				continue
+			}
+			v, err := c.metric(n, "keel_nodes_settling")
+			if err != nil {
+				return false, err.Error()
+			}
+			if v != 0 {
+				return false, fmt.Sprintf("%s sees %d nodes settling", n, int(v))
+			}
+		}
+		return true, ""
+	})
+}
+
 // waitEndpoints waits until every agent proxies service to exactly the
 // replicas that run (so that its last fetch saw every node's last report).
 func (c *cluster) waitEndpoints(service string, port int) {
