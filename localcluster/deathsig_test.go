@@ -4,10 +4,7 @@ package localcluster
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,28 +39,8 @@ func TestAgentDiesWithItsStarter(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "keel"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	starter := exec.Command(self, "-test.run=^$")
-	starter.Env = append(os.Environ(), helperEnv+"="+dir)
-	starter.Stderr = os.Stderr
-	if err := starter.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { starter.Process.Kill(); starter.Wait() })
-
-	var pid int
-	for deadline := time.Now().Add(time.Minute); pid == 0; time.Sleep(10 * time.Millisecond) {
-		if b, err := os.ReadFile(pidFile); err == nil {
-			if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
-				t.Fatal(err)
-			}
-		} else if time.Now().After(deadline) {
-			t.Fatal("the agent did not start within a minute")
-		}
-	}
+	starter := proctest.StartSelf(t, helperEnv+"="+dir)
+	pid := proctest.WaitPIDFile(t, pidFile, time.Minute)
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 	if err := starter.Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -29,7 +29,9 @@ const waitDelay = time.Second
 // SysProcAttr.Setpgid to Run.
 //
 // When the leader ends, whatever it left in its group is killed
-// (SIGKILL). When ctx ends first, the whole group is killed, and Run
+// (SIGKILL). When the calling process dies first (the agent crashed or was
+// killed), the kernel kills the leader (SIGKILL); what the leader started
+// in its group then runs on until it ends by itself. When ctx ends first, the whole group is killed, and Run
 // returns once the leader is reaped, with an error wrapping ctx.Err().
 // The group's number cannot be taken by another process meanwhile: the
 // leader is reaped only after the last signal, and its zombie holds the
@@ -50,6 +52,7 @@ func Run(ctx context.Context, cmd *exec.Cmd, maxOutput int) (code int, output []
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
+	dieWithParent(cmd.SysProcAttr)
 	out := &capped{max: maxOutput}
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = out, out // one pipe, one copier

@@ -6,6 +6,12 @@ import "syscall"
 
 const supported = true
 
+// dieWithParent has the kernel SIGKILL the command when the agent dies (a
+// crash, SIGKILL): a check that hangs must not outlive the agent that
+// would have timed it out (procctl PROC_PDEATHSIG_CTL, kept across
+// jexec's execve).
+func dieWithParent(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
+
 const pPID = 0 // idtype_t P_PID (sys/wait.h)
 
 // WaitExited blocks until the child pid has exited, without reaping it:

@@ -9,6 +9,13 @@ import (
 
 const supported = true
 
+// dieWithParent has the kernel SIGKILL the command when the agent dies (a
+// crash, SIGKILL): a check that hangs must not outlive the agent that
+// would have timed it out. The signal comes when the thread that started
+// the command exits: the Go runtime ends a thread only when a goroutine
+// locked to it exits, which nothing that runs checks does.
+func dieWithParent(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
+
 const pPID = 1 // idtype_t P_PID
 
 // WaitExited blocks until the child pid has exited, without reaping it:

@@ -2,9 +2,14 @@
 
 package pgroup
 
-import "errors"
+import (
+	"errors"
+	"syscall"
+)
 
 // supported is false: Run needs to wait for a child without reaping it.
 const supported = false
 
 func WaitExited(pid int) error { return errors.ErrUnsupported }
+
+func dieWithParent(*syscall.SysProcAttr) {}
