@@ -19,6 +19,14 @@ import (
 // rolls the web Service out, to show that no request fails. It exits 2
 // when any did. A request fails when it errs, takes over 5 s, or is
 // answered with anything but demo-web's greeting (internal/loadgen).
+// The bounds of demo-load's flags: at most 1.2 million requests, about
+// 180 MB of outcomes at the most.
+const (
+	maxDemoLoadDuration = 10 * time.Minute
+	maxDemoLoadRate     = 2000
+	maxDemoLoadClients  = 256
+)
+
 func (e *env) demoLoadCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:    "demo-load URL",
@@ -32,6 +40,11 @@ func (e *env) demoLoadCommand() *cobra.Command {
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if *rate < 1 || *clients < 1 || *duration <= 0 {
 			return errors.New("--rate, --clients and --duration must be positive")
+		}
+		// Every request's outcome is kept for the summary (about 150 bytes
+		// each): bound what a run can hold.
+		if *duration > maxDemoLoadDuration || *rate > maxDemoLoadRate || *clients > maxDemoLoadClients {
+			return fmt.Errorf("--duration is at most %s, --rate %d and --clients %d (a demo's load loop)", maxDemoLoadDuration, maxDemoLoadRate, maxDemoLoadClients)
 		}
 		l, err := loadgen.Start(loadgen.Options{URL: args[0], Rate: float64(*rate), KeepAlive: *clients, Timeout: 5 * time.Second})
 		if err != nil {
