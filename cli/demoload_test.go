@@ -41,7 +41,8 @@ func TestDemoLoad(t *testing.T) {
 	}
 
 	for _, args := range [][]string{
-		{"--duration", "11m", base + "/"},
+		{"--duration", "1001s", base + "/"},
+		{"--duration", "101s", "--rate", "2000", base + "/"},
 		{"--rate", "2001", base + "/"},
 		{"--clients", "257", base + "/"},
 		{"--clients", "0", base + "/"},

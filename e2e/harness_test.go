@@ -655,24 +655,31 @@ func (c *cluster) waitAllAlive() {
 // node alive and none settling (planner.SettlePeriod): from then on each
 // of them may take another node's instances. Each plan judges by the
 // reports of its last fetch, so a fixed sleep of the settle period is not
-// enough: a plan may hold a node settling for up to a safety poll longer,
-// and two plans that disagree on it place a moved replica on two nodes.
-// The metric is the last plan's: the agents must fetch now and then (a
-// short --poll), or a quiet cluster keeps it as it was.
+// enough: a plan may hold a node settling for up to a poll interval
+// longer (with a ring, the safety poll: max(--poll, reportInterval)), and
+// two plans that disagree on it place a moved replica on two nodes. The
+// metrics are the last plan's: in a quiet cluster whose agents fetch
+// rarely (a long safety poll) they stay as they were.
 func (c *cluster) waitSettled() {
 	c.t.Helper()
-	c.waitAllAlive()
-	c.waitFor("no agent sees a node settling", func() (bool, string) {
+	c.waitFor("every agent sees the others alive and settled", func() (bool, string) {
+		var running []string
 		for _, n := range c.Nodes {
-			if !c.Running(n) {
-				continue
+			if c.Running(n) {
+				running = append(running, n)
 			}
-			v, err := c.metric(n, "keel_nodes_settling")
+		}
+		for _, n := range running {
+			alive, err := c.metric(n, "keel_nodes_alive")
 			if err != nil {
 				return false, err.Error()
 			}
-			if v != 0 {
-				return false, fmt.Sprintf("%s sees %d nodes settling", n, int(v))
+			settling, err := c.metric(n, "keel_nodes_settling")
+			if err != nil {
+				return false, err.Error()
+			}
+			if int(alive) != len(running) || settling != 0 {
+				return false, fmt.Sprintf("%s sees %d nodes alive, %d of them settling", n, int(alive), int(settling))
 			}
 		}
 		return true, ""

@@ -41,7 +41,11 @@ func TestAgentDiesWithItsStarter(t *testing.T) {
 	}
 	starter := proctest.StartSelf(t, helperEnv+"="+dir)
 	pid := proctest.WaitPIDFile(t, pidFile, time.Minute)
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	t.Cleanup(func() {
+		if !proctest.Gone(pid) { // else the pid may be another process's by now
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 	if err := starter.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,11 @@ func TestCheckDiesWithItsAgent(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "check.pid")
 	agent := proctest.StartSelf(t, helperEnv+"="+pidFile)
 	pid := proctest.WaitPIDFile(t, pidFile, time.Minute)
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	t.Cleanup(func() {
+		if !proctest.Gone(pid) { // else the pid may be another process's by now
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 	if err := agent.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 )
@@ -53,6 +54,13 @@ func Run(ctx context.Context, cmd *exec.Cmd, maxOutput int) (code int, output []
 	}
 	cmd.SysProcAttr.Setpgid = true
 	dieWithParent(cmd.SysProcAttr)
+	// On Linux the parent-death signal comes when the thread that started
+	// the command exits, not the process: hold this goroutine to its
+	// thread until the command is reaped, so that no other goroutine's
+	// exit while locked to it (a dependency's, say) ends the thread and
+	// kills the check. One parked thread per running check.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	out := &capped{max: maxOutput}
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = out, out // one pipe, one copier

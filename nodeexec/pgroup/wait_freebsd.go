@@ -9,7 +9,8 @@ const supported = true
 // dieWithParent has the kernel SIGKILL the command when the agent dies (a
 // crash, SIGKILL): a check that hangs must not outlive the agent that
 // would have timed it out (procctl PROC_PDEATHSIG_CTL, kept across
-// jexec's execve).
+// jexec's and env's execve, though not across an execve that changes the
+// credentials: a set-ID program).
 func dieWithParent(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
 
 const pPID = 0 // idtype_t P_PID (sys/wait.h)

@@ -12,8 +12,8 @@ const supported = true
 // dieWithParent has the kernel SIGKILL the command when the agent dies (a
 // crash, SIGKILL): a check that hangs must not outlive the agent that
 // would have timed it out. The signal comes when the thread that started
-// the command exits: the Go runtime ends a thread only when a goroutine
-// locked to it exits, which nothing that runs checks does.
+// the command exits (Run holds it until the command is reaped), and not
+// when the command execs a set-ID program or one with file capabilities.
 func dieWithParent(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
 
 const pPID = 1 // idtype_t P_PID
