@@ -35,6 +35,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	gosync "sync"
 	"sync/atomic"
@@ -81,6 +82,8 @@ type Driver struct {
 	cache  map[procKey]procInfo
 	// environReads counts reads of /proc/<pid>/environ, for tests.
 	environReads atomic.Int64
+	// readEnviron reads /proc/<pid>/environ (a test may stand in).
+	readEnviron func(pid int) ([]byte, error)
 
 	mu gosync.Mutex
 	// children are the instances this Driver started and has not yet
@@ -135,6 +138,9 @@ func New(opts Options) (*Driver, error) {
 		now:      opts.Now,
 		bootTime: boot,
 		cache:    map[procKey]procInfo{},
+		readEnviron: func(pid int) ([]byte, error) {
+			return os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		},
 		children: map[string]*child{},
 		adopted:  map[string]nodeexec.Process{},
 		exits:    map[string]nodeexec.Exit{},

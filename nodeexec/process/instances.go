@@ -167,6 +167,13 @@ func (d *Driver) adoptedGoneLocked(name string) {
 // instances of this state directory. If two claim one instance (its
 // command started a new process group of its own), the older is the
 // instance.
+//
+// A process in the middle of execve shows an empty environment for a
+// moment (its new image's is not set up yet): an empty read is never
+// remembered, and is read again a few times, a little later, before the
+// scan gives up on it for this time. Otherwise an instance whose command
+// execs (`sh -c '...; exec app'`) would go unrecognised for good by an
+// agent whose first scan caught it then, which would start it again.
 func (d *Driver) scan() (map[string]found, error) {
 	dir, err := os.Open("/proc")
 	if err != nil {
@@ -182,6 +189,24 @@ func (d *Driver) scan() (map[string]found, error) {
 	defer d.scanMu.Unlock()
 	seen := make(map[procKey]bool, len(d.cache))
 	all := map[string]found{}
+	add := func(pid int, st procStat, info procInfo) {
+		if !info.ours {
+			return
+		}
+		if prev, dup := all[info.m.Instance]; dup && prev.proc.StartTime <= st.StartTime {
+			return
+		}
+		all[info.m.Instance] = found{
+			proc: nodeexec.Process{
+				PID:       pid,
+				StartTime: st.StartTime,
+				SpecHash:  info.m.SpecHash,
+				Started:   d.startedAt(st.StartTime),
+			},
+			volumes: info.m.Volumes,
+		}
+	}
+	var unsure []int
 	for _, n := range names {
 		pid, err := strconv.Atoi(n)
 		if err != nil || pid <= 0 {
@@ -195,41 +220,59 @@ func (d *Driver) scan() (map[string]found, error) {
 		seen[key] = true
 		info, ok := d.cache[key]
 		if !ok {
-			info = d.identify(pid)
+			var sure bool
+			if info, sure = d.identify(pid); !sure {
+				unsure = append(unsure, pid)
+				continue
+			}
 			d.cache[key] = info
 		}
-		if !info.ours {
-			continue
+		add(pid, st, info)
+	}
+	for wait := time.Millisecond; len(unsure) > 0 && wait <= maxExecWait; wait *= 2 {
+		time.Sleep(wait) // an execve in progress: nothing to wait on but time
+		var still []int
+		for _, pid := range unsure {
+			st, err := readStat(pid)
+			if err != nil || st.PGID != pid || !st.alive() {
+				continue
+			}
+			info, sure := d.identify(pid)
+			if !sure {
+				still = append(still, pid)
+				continue
+			}
+			d.cache[procKey{pid, st.StartTime}] = info
+			add(pid, st, info)
 		}
-		if prev, dup := all[info.m.Instance]; dup && prev.proc.StartTime <= st.StartTime {
-			continue
-		}
-		all[info.m.Instance] = found{
-			proc: nodeexec.Process{
-				PID:       pid,
-				StartTime: st.StartTime,
-				SpecHash:  info.m.SpecHash,
-				Started:   d.startedAt(st.StartTime),
-			},
-			volumes: info.m.Volumes,
-		}
+		unsure = still
 	}
 	maps.DeleteFunc(d.cache, func(k procKey, _ procInfo) bool { return !seen[k] })
 	return all, nil
 }
 
+// maxExecWait bounds the last wait of scan's re-reads of an empty
+// environment: 1+2+4+8 ms in all. A process whose environment stays empty
+// (one started with none) costs each scan that much.
+const maxExecWait = 8 * time.Millisecond
+
 // identify reads a process's environment to learn whether it is one of
 // this driver's instances. A process whose environment cannot be read
-// (another user's, or one that made itself non-dumpable) is not.
-func (d *Driver) identify(pid int) procInfo {
+// (another user's, or one that made itself non-dumpable) is not. sure is
+// false when the environment read empty: the process may be in the middle
+// of an execve, and should be read again.
+func (d *Driver) identify(pid int) (info procInfo, sure bool) {
 	d.environReads.Add(1)
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	b, err := d.readEnviron(pid)
 	if err != nil {
-		return procInfo{}
+		return procInfo{}, true
+	}
+	if len(b) == 0 {
+		return procInfo{}, false
 	}
 	m := parseEnviron(b)
 	ours := m.Root == d.root && checkName("instance", m.Instance) == nil
-	return procInfo{ours: ours, m: m}
+	return procInfo{ours: ours, m: m}, true
 }
 
 // startedAt turns a starttime in clock ticks after boot into a wall time.

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -565,5 +566,49 @@ func BenchmarkRunning(b *testing.B) {
 		if r, err := d.Running(ctx); err != nil || len(r) != 100 {
 			b.Fatalf("Running = %d instances, %v", len(r), err)
 		}
+	}
+}
+
+// TestScanRereadsAnEmptyEnviron: a process in the middle of execve shows
+// an empty environment for a moment. An agent whose scan caught an
+// instance then still adopts it (the scan reads it again a little later),
+// and one that never saw it filled in does not remember it as a stranger.
+func TestScanRereadsAnEmptyEnviron(t *testing.T) {
+	state := t.TempDir()
+	first := newDriver(t, Options{StateDir: state})
+	p, err := first.Start(t.Context(), spec("web-0", "sleep", "300"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// emptyFor makes the web-0 leader's environment read empty n times.
+	emptyFor := func(d *Driver, n int) {
+		read := d.readEnviron
+		var mu sync.Mutex
+		d.readEnviron = func(pid int) ([]byte, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if pid == p.PID && n > 0 {
+				n--
+				return nil, nil
+			}
+			return read(pid)
+		}
+	}
+
+	second := newDriver(t, Options{StateDir: state})
+	emptyFor(second, 2)
+	if r, err := second.Running(t.Context()); err != nil || r["web-0"].PID != p.PID {
+		t.Fatalf("Running after two empty reads = %v, %v; want web-0 (pid %d)", r, err, p.PID)
+	}
+
+	// Empty at the scan's first read and at each of its re-reads (1, 2, 4
+	// and 8 ms later): not found this time, found at the next scan.
+	third := newDriver(t, Options{StateDir: state})
+	emptyFor(third, 5)
+	if r, err := third.Running(t.Context()); err != nil || len(r) != 0 {
+		t.Fatalf("Running while the environment reads empty = %v, %v; want nothing", r, err)
+	}
+	if r, err := third.Running(t.Context()); err != nil || r["web-0"].PID != p.PID {
+		t.Fatalf("Running once the environment reads = %v, %v; want web-0 (pid %d)", r, err, p.PID)
 	}
 }
