@@ -31,10 +31,15 @@ func TestCrashPoints(t *testing.T) {
 
 func testCrashPoint(t *testing.T, point string) {
 	const victim = "n2"
-	c := newCluster(t, 3*time.Minute, localcluster.Options{Nodes: []string{"n1", "n2"}, Files: map[string]string{
-		"apps/web.yaml":    webService(3, "base/demo", "hello"),
-		"jails/store.yaml": jail("store", victim, 9200, true),
-	}})
+	// The victim is away (stopped, crashed, restarted) for a while: a TTL
+	// it cannot outlast on a busy machine, so that no one takes its
+	// instances meanwhile (a move is not what this test checks).
+	c := newCluster(t, 3*time.Minute, localcluster.Options{Nodes: []string{"n1", "n2"},
+		LivenessTTL: max(time.Minute, 3*reportInterval), ReportInterval: reportInterval,
+		Files: map[string]string{
+			"apps/web.yaml":    webService(3, "base/demo", "hello"),
+			"jails/store.yaml": jail("store", victim, 9200, true),
+		}})
 	c.converge("first commit")
 
 	// Data in the volume of the stateful jail, which must survive.

@@ -437,7 +437,13 @@ func (r *Ring) Close() error {
 		r.mu.Lock()
 		r.leaving = true
 		r.mu.Unlock()
-		if err := r.ml.UpdateNode(time.Second); err != nil {
+		// The metadata that says "leaving" must be out before the leave
+		// itself is queued: memberlist's queue drops a message about this
+		// node that a newer one replaces, and a peer that never heard
+		// "leaving" holds the node dead. UpdateNode returns once the
+		// message has gone out as often as memberlist retransmits (a few
+		// gossip rounds, under a second); the bound is for a busy machine.
+		if err := r.ml.UpdateNode(announceLeaving); err != nil {
 			r.log.Debug("announcing the departure", "err", err)
 		}
 		err = r.ml.Leave(2 * time.Second)
@@ -445,6 +451,9 @@ func (r *Ring) Close() error {
 	})
 	return err
 }
+
+// announceLeaving bounds Close's wait for its "leaving" metadata to go out.
+const announceLeaving = 5 * time.Second
 
 // Stop stops the ring without a word to the peers: an agent that
 // restarts within the failure detector's suspicion (a few seconds) is back
