@@ -631,38 +631,29 @@ func (c *cluster) metric(node, series string) (float64, error) {
 // by whichever agent believes itself alone.
 func (c *cluster) waitAllAlive() {
 	c.t.Helper()
-	c.waitFor("every agent sees the others alive", func() (bool, string) {
-		var running []string
-		for _, n := range c.Nodes {
-			if c.Running(n) {
-				running = append(running, n)
-			}
-		}
-		for _, n := range running {
-			v, err := c.metric(n, "keel_nodes_alive")
-			if err != nil {
-				return false, err.Error()
-			}
-			if int(v) != len(running) {
-				return false, fmt.Sprintf("%s sees %d nodes alive, not %d", n, int(v), len(running))
-			}
-		}
-		return true, ""
-	})
+	c.waitAlive("every agent sees the others alive", false)
 }
 
-// waitSettled waits until every running agent's plan holds every running
-// node alive and none settling (planner.SettlePeriod): from then on each
-// of them may take another node's instances. Each plan judges by the
-// reports of its last fetch, so a fixed sleep of the settle period is not
-// enough: a plan may hold a node settling for up to a poll interval
-// longer (with a ring, the safety poll: max(--poll, reportInterval)), and
-// two plans that disagree on it place a moved replica on two nodes. The
-// metrics are the last plan's: in a quiet cluster whose agents fetch
-// rarely (a long safety poll) they stay as they were.
+// waitSettled waits as waitAllAlive does, and until no running agent's
+// plan holds a node settling (planner.SettlePeriod): from then on each of
+// them may take another node's instances. Each plan judges by the reports
+// of its last fetch, so a fixed sleep of the settle period is not enough:
+// a plan may hold a node settling for up to a poll interval longer (with
+// a ring, the safety poll: max(--poll, reportInterval)), and two plans
+// that disagree on it place a moved replica on two nodes. The metrics are
+// the last plan's: in a quiet cluster whose agents fetch rarely (a long
+// safety poll) they stay as they were.
 func (c *cluster) waitSettled() {
 	c.t.Helper()
-	c.waitFor("every agent sees the others alive and settled", func() (bool, string) {
+	c.waitAlive("every agent sees the others alive and settled", true)
+}
+
+// waitAlive is waitAllAlive, and waitSettled when settled is true: alive
+// and settling are read in one condition, since a plan that dropped a
+// node to dead also shows none settling.
+func (c *cluster) waitAlive(what string, settled bool) {
+	c.t.Helper()
+	c.waitFor(what, func() (bool, string) {
 		var running []string
 		for _, n := range c.Nodes {
 			if c.Running(n) {
@@ -674,12 +665,18 @@ func (c *cluster) waitSettled() {
 			if err != nil {
 				return false, err.Error()
 			}
+			if int(alive) != len(running) {
+				return false, fmt.Sprintf("%s sees %d nodes alive, not %d", n, int(alive), len(running))
+			}
+			if !settled {
+				continue
+			}
 			settling, err := c.metric(n, "keel_nodes_settling")
 			if err != nil {
 				return false, err.Error()
 			}
-			if int(alive) != len(running) || settling != 0 {
-				return false, fmt.Sprintf("%s sees %d nodes alive, %d of them settling", n, int(alive), int(settling))
+			if settling != 0 {
+				return false, fmt.Sprintf("%s sees %d nodes settling", n, int(settling))
 			}
 		}
 		return true, ""

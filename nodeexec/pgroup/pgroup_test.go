@@ -6,11 +6,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -120,17 +117,11 @@ func TestRunContextAlreadyDone(t *testing.T) {
 	}
 }
 
+// readPid reads the pid a command wrote into file (written aside and
+// renamed, or before the command ended).
 func readPid(t *testing.T, file string) int {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
+	return proctest.WaitPIDFile(t, file, 10*time.Second)
 }
 
 // waitGone waits until pid is gone or a zombie (init reaps the orphan
